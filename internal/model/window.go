@@ -33,6 +33,9 @@ type Window struct {
 	Dropped int64 `json:"dropped"`
 	// Nested is the count of rejected nested ordered spans in the window.
 	Nested int64 `json:"nested"`
+	// Findings are contract-check results found while assembling (App. A
+	// Table 11), in human-readable form.
+	Findings []string `json:"findings,omitempty"`
 }
 
 // ProbeColumn is a sparse side-channel column over the window, len T*R.
