@@ -1,0 +1,178 @@
+package stagefile
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/laggard-dev/laggard/internal/model"
+)
+
+// MaxLineBytes bounds one JSONL line so a corrupt file cannot exhaust memory.
+const MaxLineBytes = 16 << 20
+
+// LineError names the 1-based line an error was found on.
+type LineError struct {
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
+func (e *LineError) Unwrap() error { return e.Err }
+
+type header struct {
+	Job *model.Job `json:"job"`
+}
+
+// Sink receives a decoded matrix: Job once, before any vector, then every
+// vector (which the callee may keep). Either may be nil.
+type Sink struct {
+	Job    func(*model.Job) error
+	Vector func(*model.StageVector) error
+}
+
+func (s Sink) job(j *model.Job) error {
+	if s.Job == nil {
+		return nil
+	}
+	return s.Job(j)
+}
+
+func (s Sink) vector(v *model.StageVector) error {
+	if s.Vector == nil {
+		return nil
+	}
+	return s.Vector(v)
+}
+
+// ReadJSONL decodes a JSONL stage matrix into sink and returns the job.
+// The header's job is validated and handed to sink.Job before any vector.
+// If the header omits world_size, vectors are buffered and the world size
+// is inferred from the largest rank seen.
+func ReadJSONL(r io.Reader, sink Sink) (*model.Job, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	line := 0
+	var job *model.Job
+	var pending []model.StageVector // only when world_size must be inferred
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		if job == nil {
+			var h header
+			if err := strictUnmarshal(b, &h); err != nil {
+				return nil, &LineError{line, fmt.Errorf("header: %w", err)}
+			}
+			if h.Job == nil {
+				return nil, &LineError{line, fmt.Errorf(`first line must be {"job": {...}}`)}
+			}
+			job = h.Job
+			if job.Schema.Version == "" && len(job.Schema.Stages) == 0 {
+				job.Schema = model.DefaultSchema()
+			}
+			if job.WorldSize > 0 {
+				if err := job.Validate(); err != nil {
+					return nil, &LineError{line, err}
+				}
+				if err := sink.job(job); err != nil {
+					return nil, err
+				}
+			} else if err := job.Schema.Validate(); err != nil {
+				return nil, &LineError{line, err}
+			}
+			continue
+		}
+		var v model.StageVector
+		if err := strictUnmarshal(b, &v); err != nil {
+			return nil, &LineError{line, err}
+		}
+		if job.WorldSize == 0 {
+			if v.Rank < 0 || v.Rank >= model.MaxWorldSize {
+				return nil, &LineError{line, &model.FieldError{Field: "rank", Msg: fmt.Sprintf("out of range: %d", v.Rank)}}
+			}
+			pending = append(pending, v)
+			continue
+		}
+		if err := v.Validate(job); err != nil {
+			return nil, &LineError{line, err}
+		}
+		if err := sink.vector(&v); err != nil {
+			return nil, err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, &LineError{line + 1, err}
+	}
+	if job == nil {
+		return nil, fmt.Errorf("empty stage matrix: no job header")
+	}
+	if job.WorldSize == 0 {
+		if err := flushInferred(job, pending, sink); err != nil {
+			return nil, err
+		}
+	}
+	return job, nil
+}
+
+// flushInferred sets the world size from the vectors seen, validates them
+// and hands them to fn.
+func flushInferred(job *model.Job, vs []model.StageVector, sink Sink) error {
+	for _, v := range vs {
+		job.WorldSize = max(job.WorldSize, v.Rank+1)
+	}
+	if job.WorldSize == 0 {
+		job.WorldSize = 1
+	}
+	if err := job.Validate(); err != nil {
+		return err
+	}
+	if err := sink.job(job); err != nil {
+		return err
+	}
+	for i := range vs {
+		if err := vs[i].Validate(job); err != nil {
+			return fmt.Errorf("vector %d (step %d rank %d): %w", i, vs[i].Step, vs[i].Rank, err)
+		}
+		if err := sink.vector(&vs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func strictUnmarshal(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("trailing data after JSON object")
+	}
+	return nil
+}
+
+// WriteJSONL writes job as the header line and then every vector next
+// yields until it returns false.
+func WriteJSONL(w io.Writer, job *model.Job, next func() (*model.StageVector, bool)) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	if err := enc.Encode(header{Job: job}); err != nil {
+		return err
+	}
+	for {
+		v, ok := next()
+		if !ok {
+			break
+		}
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
