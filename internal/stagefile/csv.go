@@ -37,10 +37,12 @@ func ReadCSV(r io.Reader, jobID string, sink Sink) (*model.Job, error) {
 		if err == io.EOF {
 			break
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
-			return nil, &LineError{line, err}
+			// csv.ParseError already names its line; FieldPos is only
+			// valid after a successful Read.
+			return nil, err
 		}
+		line, _ := cr.FieldPos(0)
 		v, err := cols.parse(rec)
 		if err != nil {
 			return nil, &LineError{line, err}
