@@ -1,0 +1,48 @@
+# laggard — the two set-up commands in the README are `make demo` and `make test`.
+GO      ?= go
+PY      ?= /usr/bin/python3
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+BIN     := bin/laggard
+LDFLAGS := -s -w
+
+.PHONY: all deps build demo test test-go test-py bench fuzz eval clean
+
+all: build
+
+# System packages: PyTorch for the demo trainer and the Python client tests
+# (Debian's python3-torch; there is no PyPI access in CI).
+deps:
+	@$(PY) -c "import torch" 2>/dev/null || { \
+	  echo "installing python3-torch (Debian package)…"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null; }
+
+# One static binary, UI and Python client embedded.
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/laggard
+
+demo: deps build
+	./$(BIN) demo
+
+test: deps test-go test-py
+
+test-go:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+test-py:
+	$(PY) -m unittest discover -s clients/python/tests -t clients/python
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+# Runs every fuzz target for FUZZTIME each.
+fuzz:
+	FUZZTIME=$${FUZZTIME:-30s} ./scripts/fuzz.sh
+
+# Reproduces StageFrontier's E3 hidden-rank routing table (see eval/README.md).
+eval: deps build
+	$(PY) eval/e3_routing.py --laggard ./$(BIN)
+
+clean:
+	rm -rf bin eval/out

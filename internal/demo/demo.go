@@ -1,0 +1,145 @@
+package demo
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/laggard-dev/laggard/internal/frontier"
+	"github.com/laggard-dev/laggard/internal/model"
+)
+
+// Fault families the demo trainer can inject, with the stage each one
+// should be routed to (StageFrontier §6.2). The host-only callback is the
+// control: it is not exposed as group delay and must not be routed.
+var Faults = map[string]string{
+	"data":          model.StageData,
+	"forward_host":  model.StageForward,
+	"backward":      model.StageBackward,
+	"backward_comm": model.StageBackward,
+	"callback_sync": model.StageCallback,
+	"callback_host": "",
+}
+
+// Options configures one demo run.
+type Options struct {
+	ServerURL string // base URL of a running laggard server
+	Python    string // interpreter with torch; "" → FindPython
+	Files     fs.FS  // the embedded Python client and examples
+	World     int
+	Steps     int // measured steps after warmup
+	Warmup    int
+	Fault     string
+	FaultRank int // the hidden rank; the caller chooses it
+	DelayMS   float64
+	Seed      int64
+	JobID     string
+	Stderr    io.Writer // trainer progress
+}
+
+// Result is the demo's outcome.
+type Result struct {
+	Report       *frontier.Report
+	WantStage    string // "" for the control
+	StageRouted  bool   // want stage is top-1 (or, for the control, callbacks not routed)
+	StageInTop2  bool
+	RankLocated  bool // the report's leader rank is the hidden rank
+	TrainSeconds float64
+}
+
+// Run trains the DDP job against the server and fetches the diagnosis for
+// the faulted window.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	want, ok := Faults[o.Fault]
+	if !ok {
+		return nil, fmt.Errorf("unknown fault %q", o.Fault)
+	}
+	py, err := FindPython(ctx, o.Python)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "laggard-demo-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.CopyFS(dir, o.Files); err != nil {
+		return nil, fmt.Errorf("unpacking the Python client: %w", err)
+	}
+	args := []string{filepath.Join(dir, "examples", "ddp_demo.py"),
+		"--server", o.ServerURL, "--job", o.JobID,
+		"--world", fmt.Sprint(o.World), "--steps", fmt.Sprint(o.Warmup + o.Steps),
+		"--fault", o.Fault, "--fault-rank", fmt.Sprint(o.FaultRank), "--delay-ms", fmt.Sprint(o.DelayMS),
+		"--fault-start", fmt.Sprint(o.Warmup), "--seed", fmt.Sprint(o.Seed)}
+	cmd := exec.CommandContext(ctx, py, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "PYTHONUNBUFFERED=1", "OMP_NUM_THREADS=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Kill the whole process group (DDP workers too) on cancellation.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = cmd.Stderr // trainer's stdout lines are progress too
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", py, err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		fmt.Fprintf(o.Stderr, "  trainer │ %s\n", sc.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("DDP trainer failed: %w", err)
+	}
+	res := &Result{WantStage: want, TrainSeconds: time.Since(start).Seconds()}
+	rep, err := FetchReport(ctx, o.ServerURL, o.JobID, int64(o.Warmup), int64(o.Warmup+o.Steps-1))
+	if err != nil {
+		return nil, err
+	}
+	res.Report = rep
+	if want == "" {
+		res.StageRouted = !slices.Contains(rep.Routing, model.StageCallback)
+		res.StageInTop2 = res.StageRouted
+	} else {
+		res.StageRouted = rep.Top1 == want
+		res.StageInTop2 = slices.Contains(rep.Top2, want)
+	}
+	res.RankLocated = rep.LeaderRank == o.FaultRank
+	return res, nil
+}
+
+// FetchReport asks the server for the window report of steps [from, to].
+func FetchReport(ctx context.Context, base, job string, from, to int64) (*frontier.Report, error) {
+	url := fmt.Sprintf("%s/api/v1/jobs/%s/report?from=%d&to=%d", base, job, from, to)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, lastLine(string(body)))
+	}
+	var rep frontier.Report
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return nil, fmt.Errorf("decoding report: %w", err)
+	}
+	return &rep, nil
+}
