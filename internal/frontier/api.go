@@ -1,35 +1,40 @@
 package frontier
 
 import (
-	"errors"
-
 	"github.com/laggard-dev/laggard/internal/model"
 )
 
 // AssembleOptions controls window assembly.
 type AssembleOptions struct {
 	// FromStep/ToStep bound the window (inclusive); vectors outside are
-	// ignored except prefetched data waits that land inside.
+	// ignored except prefetched data waits that land inside. 0/0 means
+	// every step; ToStep 0 with FromStep > 0 means no upper bound.
 	FromStep, ToStep int64
 }
 
 // Assembler builds a dense model.Window from stage vectors streamed in any
-// order. STUB: replaced by the real implementation.
+// order (see assemble.go). It is not safe for concurrent use.
 type Assembler struct {
-	job *model.Job
-	opt AssembleOptions
+	asm
 }
 
-// NewAssembler returns an assembler for job.
+// NewAssembler returns an assembler for job. The job is not copied and
+// must not change while the assembler is in use.
 func NewAssembler(job *model.Job, opt AssembleOptions) *Assembler {
-	return &Assembler{job: job, opt: opt}
+	a := &Assembler{}
+	a.init(job, opt)
+	return a
 }
 
-// Add folds one vector into the window.
-func (a *Assembler) Add(v *model.StageVector) error { return nil }
+// Add validates v against the job and folds it into the window. v is not
+// retained. Vectors outside the window are ignored (their prefetched data
+// wait is still charged when it lands inside).
+func (a *Assembler) Add(v *model.StageVector) error { return a.add(v) }
 
-// Finish returns the assembled window.
-func (a *Assembler) Finish() (*model.Window, error) { return nil, errors.New("not implemented") }
+// Finish returns the assembled window with its contract findings. The
+// assembler must not be used afterwards.
+func (a *Assembler) Finish() (*model.Window, error) { return a.finish() }
 
-// Analyze runs frontier accounting, baselines and the labeler on w.
-func Analyze(w *model.Window, cfg Config) (*Report, error) { return nil, errors.New("not implemented") }
+// Analyze runs frontier accounting, the two gain baselines, the five
+// comparison summaries and the labeler on w. w is read only.
+func Analyze(w *model.Window, cfg Config) (*Report, error) { return analyze(w, cfg) }

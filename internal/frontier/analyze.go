@@ -1,0 +1,125 @@
+package frontier
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/laggard-dev/laggard/internal/model"
+)
+
+// Gain baselines of §4 eq.4.
+const (
+	BaselineRankMedian   = "rank_median"
+	BaselineCohortMedian = "cohort_median"
+)
+
+// analyzer holds the window-level accumulators and the per-step scratch of
+// one Analyze call. stepKernel streams the step-major window once for
+// accounting, evidence, baselines and both gains; the per-rank median needs
+// one extra blocked pass (gain.go).
+type analyzer struct {
+	w          *model.Window
+	cfg        Config
+	T, R, S, G int
+	K          int
+	group      []int
+	pres       []bool // nil: every cell present
+
+	// Per-step scratch.
+	F, second []float64 // S
+	thr       []float64 // S
+	advances  []bool    // S
+	totals    []float64 // R, rank totals P[t,r,S]
+	nPresent  int
+	absent    []int
+
+	acct      accounting
+	base      baselineAcc
+	gain      gainAcc
+	series    []StepPoint
+	seriesAdv []float64 // T*G backing of StepPoint.AdvanceMS
+	badTotal  int       // cells whose prefix is not finite
+}
+
+func analyze(w *model.Window, cfg Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	k, err := checkWindow(w)
+	if err != nil {
+		return nil, err
+	}
+	a := newAnalyzer(w, cfg, k)
+	a.gain.rankMedians(a) // §4 eq.4 rank_median baseline needs the whole window first
+	for t := 0; t < a.T; t++ {
+		a.stepKernel(t)
+	}
+	if a.badTotal > 0 {
+		return nil, &model.FieldError{Field: "d", Msg: fmt.Sprintf("%d cells have non-finite durations", a.badTotal)}
+	}
+	rep := a.report()
+	label(rep, a)
+	return rep, nil
+}
+
+func newAnalyzer(w *model.Window, cfg Config, k int) *analyzer {
+	T, R, S := w.Dims()
+	a := &analyzer{w: w, cfg: cfg, T: T, R: R, S: S, G: len(w.Schema.Stages), K: k, group: w.Group, pres: w.Present,
+		F: make([]float64, S), second: make([]float64, S), thr: make([]float64, S), advances: make([]bool, S),
+		totals: make([]float64, R), series: make([]StepPoint, T), seriesAdv: make([]float64, T*len(w.Schema.Stages))}
+	a.acct.init(a)
+	a.base.init(a)
+	a.gain.init(a)
+	return a
+}
+
+func (a *analyzer) present(t, r int) bool { return a.pres == nil || a.pres[t*a.R+r] }
+
+// step returns the R*S block of step t.
+func (a *analyzer) step(t int) []float64 {
+	n := a.R * a.S
+	return a.w.D[t*n : (t+1)*n : (t+1)*n]
+}
+
+// report assembles the Report from the accumulators.
+func (a *analyzer) report() *Report {
+	w, G := a.w, a.G
+	rep := &Report{
+		JobID: w.JobID, FirstStep: w.Steps[0], LastStep: w.Steps[a.T-1], NumSteps: a.T, NumRanks: a.R,
+		Stages: append([]string(nil), w.Schema.Stages...), OrderHash: w.Schema.OrderHash(), Config: a.cfg,
+		ExposedMS: a.acct.exposed, StepSeries: a.series, LeaderRank: -1,
+	}
+	rep.AdvanceMS = a.groupSum(a.acct.adv)
+	sum := 0.0
+	for _, x := range rep.AdvanceMS {
+		sum += x
+	}
+	rep.TelescopeErrMS = math.Abs(sum - rep.ExposedMS) // Theorem 1
+	rt := route(rep.Stages, rep.AdvanceMS, a.cfg.CandidateThreshold)
+	rep.RawOnly = rep.ExposedMS < a.cfg.DenominatorFloorMS || rt.Share == nil
+	if !rep.RawOnly {
+		rep.Share = rt.Share // §3 eq.2
+	}
+	rep.Routing, rep.Top1, rep.Top2 = rt.Routing, rt.Top1, rt.Top2
+	rep.CoCriticalStages = []string{}
+	rep.GainMS = map[string][]float64{
+		BaselineRankMedian:   append([]float64(nil), a.gain.rank[:G]...),
+		BaselineCohortMedian: append([]float64(nil), a.gain.cohort[:G]...),
+	}
+	rep.Ranks = a.rankStats()
+	a.leaderStats(rep)
+	rep.Quality = a.quality()
+	rep.Baselines = a.baselines()
+	rep.Contract = append([]string(nil), w.Findings...)
+	return rep
+}
+
+// groupSum aggregates an effective-stage vector onto schema stages; §3
+// aggregates accumulation groups only after the frontier is taken.
+func (a *analyzer) groupSum(eff []float64) []float64 {
+	out := make([]float64, a.G)
+	for s, x := range eff {
+		out[a.group[s]] += x
+	}
+	return out
+}
