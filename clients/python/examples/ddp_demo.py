@@ -1,0 +1,294 @@
+#!/usr/bin/python3
+"""A small, real PyTorch DDP job (gloo, CPU) instrumented with laggard, with
+hidden-rank fault injection for the StageFrontier E3 routing test (§6.2).
+
+    /usr/bin/python3 clients/python/examples/ddp_demo.py --world 4 --steps 60 \\
+        --fault data --fault-rank 2 --delay-ms 120 --out /tmp/demo.jsonl
+
+Fault families (all host-side sleeps on the hidden rank, §6):
+  data           sleep inside data.next_wait after next(loader)
+  forward_host   sleep inside the forward/loss stage
+  backward       sleep inside the backward stage before loss.backward()
+  backward_comm  a DDP comm hook sleeps before the gradient allreduce
+  callback_sync  sleep in callbacks, then dist.barrier() on every rank
+  callback_host  sleep in callbacks only, no barrier (host-only control)
+
+--phases runs several (fault, steps) phases in one launch so process start
+is paid once: "none:50,data:50,data@12:50" (fault[@delay_ms][:steps]). Each
+phase is its own job; when it ends, rank 0 prints one JSON line on stdout:
+{"phase","index","job","from_step","to_step",...,"file"} where
+[from_step, to_step] is the scored window (after --warmup steps). Progress
+goes to stderr. Exit status is non-zero if any rank fails.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import random
+import signal
+import socket
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))  # clients/python (repo or `laggard demo` temp dir)
+
+import laggard  # noqa: E402
+
+FAULTS = ("none", "data", "backward", "backward_comm", "forward_host", "callback_sync", "callback_host")
+
+
+def parse_phases(spec, steps, delay_ms):
+    """'data:50,data@12:40' -> [{"fault","delay_ms","steps"}, ...]."""
+    phases = []
+    for i, part in enumerate(p.strip() for p in spec.split(",") if p.strip()):
+        head, _, n = part.partition(":")
+        fault, _, d = head.partition("@")
+        if fault not in FAULTS:
+            raise ValueError("--phases item %d: unknown fault %r (want one of %s)" % (i, fault, ", ".join(FAULTS)))
+        try:
+            ph = {"fault": fault, "delay_ms": float(d) if d else delay_ms, "steps": int(n) if n else steps}
+        except ValueError:
+            raise ValueError("--phases item %d: bad number in %r" % (i, part)) from None
+        if ph["steps"] < 1 or ph["delay_ms"] < 0:
+            raise ValueError("--phases item %d: steps must be >= 1 and delay >= 0 in %r" % (i, part))
+        phases.append(ph)
+    if not phases:
+        raise ValueError("--phases: empty")
+    return phases
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def phase_job(args, i, ph, n_phases):
+    if n_phases == 1:
+        return args.job
+    return "%s-p%02d-%s-%dms" % (args.job, i, ph["fault"], int(round(ph["delay_ms"])))
+
+
+# --- everything below runs in the worker processes -------------------------
+
+def build(args, torch):
+    nn = torch.nn
+
+    class TinyTransformer(nn.Module):
+        """Embedding → one pre-norm transformer encoder layer → mean pool →
+        classifier: transformer-shaped but a few ms per step on one core."""
+
+        def __init__(self, vocab, dim, heads, classes, layers):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, dim)
+            self.enc = nn.TransformerEncoder(
+                nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True,
+                                           norm_first=True), layers, enable_nested_tensor=False)
+            self.head = nn.Linear(dim, classes)
+
+        def forward(self, x):
+            return self.head(self.enc(self.emb(x)).mean(dim=1))
+
+    return TinyTransformer(args.vocab, args.dim, 4, args.classes, args.layers)
+
+
+class SyntheticLoader:
+    """DataLoader-like iterator over synthetic token batches with a learnable
+    rule (label = first token mod classes), seeded per rank."""
+
+    def __init__(self, torch, args, rank):
+        self.torch = torch
+        self.g = torch.Generator().manual_seed(args.data_seed * 1000 + rank)
+        self.args = args
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        a, t = self.args, self.torch
+        x = t.randint(0, a.vocab, (a.batch, a.seq), generator=self.g)
+        return x, x[:, 0] % a.classes
+
+
+class FaultState:
+    """Mutable state the comm hook reads (the hook is registered once)."""
+
+    def __init__(self):
+        self.comm_delay_s = 0.0
+
+
+def worker(rank, args, port, phases):
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=args.world,
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        torch.manual_seed(args.seed)
+        model = DDP(build(args, torch))
+        state = FaultState()
+
+        def delayed_allreduce(st, bucket):
+            # backward_comm: the hidden rank delays its gradient allreduce, so
+            # every rank observes the wait inside its backward stage.
+            if st.comm_delay_s and bucket.index() == 0:
+                time.sleep(st.comm_delay_s)
+            return default_hooks.allreduce_hook(None, bucket)
+
+        model.register_comm_hook(state, delayed_allreduce)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        loader = iter(SyntheticLoader(torch, args, rank))
+        host = socket.gethostname()
+        step = 0
+        loss_ema = None
+        for i, ph in enumerate(phases):
+            job = phase_job(args, i, ph, len(phases))
+            fault, delay_s = ph["fault"], ph["delay_ms"] / 1000.0
+            hidden = rank == args.fault_rank
+            start = step
+            fault_from = start + (ph["fault_start"] if "fault_start" in ph else 0)
+            out_file = args.out.replace("{job}", job) if args.out else None
+            perf = laggard.Perf(server=None if out_file else args.server, out=out_file and out_file + ".rank{rank}.part",
+                                job=job, rank=rank, world_size=args.world, host=host, local_rank=rank,
+                                labels={"fault": fault, "delay_ms": str(ph["delay_ms"])} if args.label_faults else None,
+                                flush_interval=0.5)
+            t_phase = time.perf_counter()
+            for _ in range(ph["steps"]):
+                on = fault != "none" and step >= fault_from
+                inject = on and hidden
+                state.comm_delay_s = delay_s if inject and fault == "backward_comm" else 0.0
+                with perf.step(step):
+                    with perf.stage("data.next_wait"):
+                        x, y = next(loader)
+                        if inject and fault == "data":
+                            time.sleep(delay_s)
+                    with perf.stage("model.fwd_loss_cpu_wall"):
+                        with perf.cuda_event_sample("model.fwd_loss_cuda_event_ms"):
+                            if inject and fault == "forward_host":
+                                time.sleep(delay_s)
+                            loss = loss_fn(model(x), y)
+                    with perf.stage("model.backward_cpu_wall"):
+                        if inject and fault == "backward":
+                            time.sleep(delay_s)
+                        loss.backward()
+                    with perf.stage("callbacks.cpu_wall"):
+                        v = loss.item()
+                        loss_ema = v if loss_ema is None else 0.9 * loss_ema + 0.1 * v
+                        if inject and fault in ("callback_sync", "callback_host"):
+                            time.sleep(delay_s)
+                        if on and fault == "callback_sync":
+                            dist.barrier()
+                    with perf.stage("optim.step_cpu_wall"):
+                        opt.step()
+                        opt.zero_grad(set_to_none=True)
+                step += 1
+                if rank == 0 and (step - start) % args.log_every == 0:
+                    print("[demo] phase %d %s@%gms step %d loss %.3f %.1f ms/step" % (
+                        i, fault, ph["delay_ms"], step, loss_ema, (time.perf_counter() - t_phase) * 1e3 / (step - start)),
+                        file=sys.stderr, flush=True)
+            phase_ms = (time.perf_counter() - t_phase) * 1e3
+            ok = perf.close(timeout=30)
+            st = perf.stats()
+            if not ok or st["dropped"]:
+                print("[demo] rank %d phase %d telemetry: %s" % (rank, i, st), file=sys.stderr, flush=True)
+            dist.barrier()  # every rank's part is complete before the merge
+            if rank == 0:
+                rec = {"phase": "%02d-%s" % (i, fault), "index": i, "job": job, "fault": fault,
+                       "delay_ms": ph["delay_ms"], "from_step": start + min(args.warmup, ph["steps"] - 1),
+                       "to_step": step - 1, "first_step": start, "world": args.world,
+                       "mean_step_ms": round(phase_ms / ph["steps"], 3)}
+                if out_file:
+                    parts = [out_file + ".rank%d.part" % r for r in range(args.world)]
+                    ranks = [{"rank": r, "host": host, "local_rank": r, "role": {"dp": r, "tp": -1, "pp": -1, "ep": -1}}
+                             for r in range(args.world)]
+                    laggard.merge_stage_files(out_file, parts, ranks=ranks)
+                    for p in parts:
+                        os.remove(p)
+                    rec["file"] = out_file
+                print(json.dumps(rec), flush=True)
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world", type=int, default=4, help="number of ranks (processes)")
+    ap.add_argument("--steps", type=int, default=60, help="steps per phase")
+    ap.add_argument("--warmup", type=int, default=10, help="leading steps of each phase left out of its scored window")
+    ap.add_argument("--fault", choices=FAULTS, default="none")
+    ap.add_argument("--fault-rank", type=int, default=-1, help="hidden rank (default: drawn from --seed)")
+    ap.add_argument("--delay-ms", type=float, default=120.0)
+    ap.add_argument("--fault-start", type=int, default=0, help="first faulty step (single-phase mode)")
+    ap.add_argument("--phases", default="", help='several phases in one launch, e.g. "none:50,data:50,data@12:50"')
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data-seed", type=int, default=None, help="default: --seed")
+    ap.add_argument("--job", default="ddp-demo", help="job id (prefix of per-phase job ids)")
+    ap.add_argument("--server", default="http://127.0.0.1:7070")
+    ap.add_argument("--out", default="", help="write the stage-matrix JSONL here instead of the server ({job} is substituted)")
+    ap.add_argument("--label-faults", action="store_true", help="put the injected fault in job labels (not for blind scoring)")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=16)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--classes", type=int, default=16)
+    ap.add_argument("--timeout", type=float, default=120.0, help="process-group timeout, seconds")
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--start-method", choices=("fork", "spawn", "forkserver"), default="fork")
+    args = ap.parse_args(argv)
+    if args.world < 1:
+        ap.error("--world must be >= 1")
+    if args.data_seed is None:
+        args.data_seed = args.seed
+    if args.fault_rank < 0:
+        args.fault_rank = random.Random(args.seed).randrange(args.world)
+    if args.fault_rank >= args.world:
+        ap.error("--fault-rank must be < --world")
+    try:
+        if args.phases:
+            phases = parse_phases(args.phases, args.steps, args.delay_ms)
+        else:
+            phases = [{"fault": args.fault, "delay_ms": args.delay_ms, "steps": args.steps,
+                       "fault_start": args.fault_start}]
+    except ValueError as e:
+        ap.error(str(e))
+    if len(phases) > 1 and args.out and "{job}" not in args.out:
+        ap.error("--out must contain {job} when --phases has several phases")
+
+    import torch.multiprocessing as mp
+
+    port = free_port()
+    ctx = mp.start_processes(worker, args=(args, port, phases), nprocs=args.world, join=False,
+                             start_method=args.start_method)
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while not ctx.join(timeout=1.0):
+            pass
+    except (Exception, KeyboardInterrupt, SystemExit) as e:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.terminate()
+        for p in ctx.processes:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+        print("[demo] failed: %s" % (str(e).strip() or type(e).__name__), file=sys.stderr, flush=True)
+        return e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
