@@ -1,0 +1,28 @@
+// Package store is laggard's embedded on-disk store for jobs and stage
+// vectors, built on Pebble because analysis windows are range scans over
+// (job, step, rank) and an LSM turns the ingest stream into sequential
+// writes.
+//
+// Key layout (all integers big-endian so byte order is numeric order):
+//
+//	j/<job>                                         → Job as JSON
+//	s/<job>                                         → JobStats (first, last, count), 24 bytes
+//	v/<job>\x00<step uint64><rank uint32><micro uint16> → stage vector value (codec.go)
+//
+// Job ids never contain \x00, so one job's vectors form one contiguous key
+// range and no job's range is a prefix of another's. A scan of steps
+// [a, b] is one bounded iterator in ascending (step, rank, micro) order.
+//
+// Writing the same (job, step, rank, micro) again overwrites the stored
+// vector: the latest acknowledged write wins, and JobStats.Vectors counts
+// distinct keys, not writes. Telling new keys from overwrites is cheap:
+// keys past LastStep are new by construction, keys in the newest 64 steps
+// hit an in-memory bitset per job (tail.go, rebuilt on the first write after
+// Open by a bounded scan), and only late keys older than that probe Pebble.
+//
+// Durability: Append and AppendMany return only after the batch is in the
+// fsync'd write-ahead log (unless Options.NoSync). Each call is one Pebble
+// batch, so it is stored entirely or not at all. Concurrent callers share
+// fsyncs (Pebble group-commits the WAL); AppendMany additionally puts
+// several jobs' vectors in one batch for callers that queue ingest.
+package store
