@@ -78,7 +78,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	args := []string{filepath.Join(dir, "examples", "ddp_demo.py"),
 		"--server", o.ServerURL, "--job", o.JobID,
-		"--world", fmt.Sprint(o.World), "--steps", fmt.Sprint(o.Warmup + o.Steps),
+		"--world", fmt.Sprint(o.World), "--steps", fmt.Sprint(o.Warmup + o.Steps), "--warmup", fmt.Sprint(o.Warmup),
 		"--fault", o.Fault, "--fault-rank", fmt.Sprint(o.FaultRank), "--delay-ms", fmt.Sprint(o.DelayMS),
 		"--fault-start", fmt.Sprint(o.Warmup), "--seed", fmt.Sprint(o.Seed)}
 	cmd := exec.CommandContext(ctx, py, args...)
@@ -88,24 +88,50 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// Kill the whole process group (DDP workers too) on cancellation.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stdout = cmd.Stderr // trainer's stdout lines are progress too
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", py, err)
 	}
-	sc := bufio.NewScanner(stderr)
+	done := make(chan struct{})
+	go func() { // progress, marked so it reads apart from ours
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			fmt.Fprintf(o.Stderr, "  trainer │ %s\n", sc.Text())
+		}
+	}()
+	// The trainer prints one JSON line per finished phase naming its
+	// scored window; anything else on stdout is progress too.
+	from, to := int64(o.Warmup), int64(o.Warmup+o.Steps-1)
+	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
+		var ph struct {
+			Job  string `json:"job"`
+			From *int64 `json:"from_step"`
+			To   *int64 `json:"to_step"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ph) == nil && ph.Job == o.JobID {
+			if ph.From != nil && ph.To != nil {
+				from, to = *ph.From, *ph.To
+			}
+			continue
+		}
 		fmt.Fprintf(o.Stderr, "  trainer │ %s\n", sc.Text())
 	}
+	<-done // Wait closes the pipes: drain them first
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("DDP trainer failed: %w", err)
 	}
 	res := &Result{WantStage: want, TrainSeconds: time.Since(start).Seconds()}
-	rep, err := FetchReport(ctx, o.ServerURL, o.JobID, int64(o.Warmup), int64(o.Warmup+o.Steps-1))
+	rep, err := FetchReport(ctx, o.ServerURL, o.JobID, from, to)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	pyclient "github.com/laggard-dev/laggard/clients/python"
+	"github.com/laggard-dev/laggard/internal/demo"
+	"github.com/laggard-dev/laggard/internal/render"
+)
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("demo", "[flags]", stderr)
+	var so serveOptions
+	so.register(fs, "")
+	world := fs.Int("world", 4, "DDP world size (ranks)")
+	steps := fs.Int("steps", 40, "measured steps after warm-up")
+	warmup := fs.Int("warmup", 10, "warm-up steps before the fault starts")
+	fault := fs.String("fault", "data", "fault family: "+strings.Join(faultNames(), ", "))
+	delay := fs.Float64("delay-ms", 120, "injected delay per step on the hidden rank")
+	rank := fs.Int("rank", -1, "the faulty rank (default: a hidden random rank)")
+	seed := fs.Int64("seed", 0, "random seed (default: time-based)")
+	python := fs.String("python", "", "Python interpreter with PyTorch (default: $LAGGARD_PYTHON, /usr/bin/python3, python3)")
+	keep := fs.Bool("keep", isTerminal(os.Stdout), "keep the server and web UI running after the diagnosis (until Ctrl-C)")
+	asJSON := fs.Bool("json", false, "print the report as JSON instead of text")
+	level := fs.String("log-level", "warn", "server log level")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if _, ok := demo.Faults[*fault]; !ok {
+		return fmt.Errorf("-fault %q: want one of %s", *fault, strings.Join(faultNames(), ", "))
+	}
+	if *world < 2 || *world > 64 || *steps < 5 || *warmup < 1 {
+		return fmt.Errorf("need -world in [2,64], -steps >= 5, -warmup >= 1")
+	}
+	if *seed == 0 {
+		*seed = time.Now().UnixNano()
+	}
+	rng := rand.New(rand.NewPCG(uint64(*seed), 0x1a99a7d))
+	if *rank < 0 {
+		*rank = rng.IntN(*world)
+	} else if *rank >= *world {
+		return fmt.Errorf("-rank %d outside the world of %d", *rank, *world)
+	}
+	log, err := newLogger(stderr, *level, false)
+	if err != nil {
+		return err
+	}
+	if so.dataDir == "" {
+		dir, err := os.MkdirTemp("", "laggard-demo-data-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		so.dataDir = dir
+	}
+	if ln, err := net.Listen("tcp", so.addr); err == nil {
+		ln.Close()
+	} else {
+		so.addr = "127.0.0.1:0" // the default port is taken: any free one
+	}
+
+	sctx, stopServer := context.WithCancel(ctx)
+	defer stopServer()
+	urlc := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- serve(sctx, so, log, func(u string) { urlc <- u }) }()
+	var url string
+	select {
+	case url = <-urlc:
+	case err := <-errc:
+		return fmt.Errorf("starting the server: %w", err)
+	}
+
+	job := fmt.Sprintf("demo-%s", time.Now().UTC().Format("20060102-150405"))
+	fmt.Fprintf(stderr, "laggard demo: %d-rank PyTorch DDP job (gloo, CPU), %d warm-up + %d measured steps,\n"+
+		"  a %.0f ms %s fault injected on a hidden rank. Server: %s\n", *world, *warmup, *steps, *delay, *fault, url)
+	res, err := demo.Run(ctx, demo.Options{
+		ServerURL: url, Python: *python, Files: pyclient.FS,
+		World: *world, Steps: *steps, Warmup: *warmup,
+		Fault: *fault, FaultRank: *rank, DelayMS: *delay, Seed: *seed, JobID: job, Stderr: stderr,
+	})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res.Report); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "\n── diagnosis (%.0f s of training) ──────────────────────────────\n", res.TrainSeconds)
+		if err := render.Text(stdout, res.Report); err != nil {
+			return err
+		}
+		printVerdict(stdout, res, *fault, *rank, *delay)
+		fmt.Fprintf(stdout, "\nweb UI: %s/#/jobs/%s\n", url, job)
+	}
+	if *keep {
+		fmt.Fprintf(stderr, "serving until Ctrl-C …\n")
+		<-ctx.Done()
+	}
+	stopServer()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if !res.StageInTop2 {
+		return fmt.Errorf("the injected %s fault was not routed", *fault)
+	}
+	return nil
+}
+
+func printVerdict(w io.Writer, res *demo.Result, fault string, rank int, delay float64) {
+	mark := func(ok bool) string {
+		if ok {
+			return "✔"
+		}
+		return "✘"
+	}
+	fmt.Fprintf(w, "\nground truth: %.0f ms %s fault on rank %d\n", delay, fault, rank)
+	if res.WantStage == "" {
+		fmt.Fprintf(w, "  %s host-only control: callbacks correctly left out of the routing set\n", mark(res.StageRouted))
+		return
+	}
+	where := "top-1"
+	if !res.StageRouted {
+		where = "top-2 only"
+		if !res.StageInTop2 {
+			where = "missed"
+		}
+	}
+	fmt.Fprintf(w, "  %s stage: %s → %s\n", mark(res.StageInTop2), res.WantStage, where)
+	fmt.Fprintf(w, "  %s rank:  leader rank %d (injected on %d)\n", mark(res.RankLocated), res.Report.LeaderRank, rank)
+}
+
+func faultNames() []string {
+	var ns []string
+	for n := range demo.Faults {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	return ns
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
