@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/laggard-dev/laggard/internal/frontier"
@@ -27,13 +28,17 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	last := fs.Int("last", 0, "analyze only the last N steps in the file")
 	cfg := frontier.DefaultConfig()
 	fs.Float64Var(&cfg.CandidateThreshold, "tau", cfg.CandidateThreshold, "routing candidate cumulative share threshold τ")
-	fs.BoolVar(&cfg.ModelFit, "model-fit", cfg.ModelFit, "assert the synchronization-wait model fits this workload (App. C indicator m)")
+	modelFit := fs.String("model-fit", "", "true/false: whether the synchronization-wait model fits this workload (App. C indicator m; default: from the job's sync_model label)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return errUsage
+	}
+	fit, err := parseOptionalBool(*modelFit)
+	if err != nil {
+		return fmt.Errorf("-model-fit: %w", err)
 	}
 	if cfg.CandidateThreshold <= 0 || cfg.CandidateThreshold > 1 {
 		return fmt.Errorf("-tau must be in (0, 1], got %v", cfg.CandidateThreshold)
@@ -60,7 +65,7 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			*jobID = "stdin"
 		}
 	}
-	rep, err := analyzeMatrix(in, *format, *jobID, *from, *to, *last, cfg)
+	rep, err := analyzeMatrix(in, *format, *jobID, *from, *to, *last, cfg, fit)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -75,7 +80,8 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // analyzeMatrix decodes a stage matrix and runs the frontier engine on the
 // selected window. With last > 0 the vectors are buffered to find the
 // window; otherwise they stream straight into the assembler.
-func analyzeMatrix(in io.Reader, format, jobID string, from, to int64, last int, cfg frontier.Config) (*frontier.Report, error) {
+// fit overrides the model-fit indicator the job's labels imply.
+func analyzeMatrix(in io.Reader, format, jobID string, from, to int64, last int, cfg frontier.Config, fit *bool) (*frontier.Report, error) {
 	if to == 0 {
 		to = math.MaxInt64
 	}
@@ -122,6 +128,10 @@ func analyzeMatrix(in io.Reader, format, jobID string, from, to int64, last int,
 	if err != nil {
 		return nil, err
 	}
+	cfg.ModelFit = frontier.ModelFitFromJob(job)
+	if fit != nil {
+		cfg.ModelFit = *fit
+	}
 	return frontier.Analyze(w, cfg)
 }
 
@@ -141,4 +151,15 @@ func lastSteps(vs []model.StageVector, n int) (from, to int64) {
 	}
 	slices.Sort(steps)
 	return steps[max(0, len(steps)-n)], steps[len(steps)-1]
+}
+
+func parseOptionalBool(s string) (*bool, error) {
+	if s == "" {
+		return nil, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return nil, fmt.Errorf("want true or false, got %q", s)
+	}
+	return &b, nil
 }

@@ -43,7 +43,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("need -world in [2,64], -steps >= 5, -warmup >= 1")
 	}
 	if *seed == 0 {
-		*seed = time.Now().UnixNano()
+		*seed = 1 + time.Now().UnixNano()%1_000_000
+	}
+	if *seed < 0 || *seed >= 1<<31 {
+		return fmt.Errorf("-seed must be in [0, 2^31), got %d", *seed) // torch.Generator seeds with seed*1000+rank
 	}
 	rng := rand.New(rand.NewPCG(uint64(*seed), 0x1a99a7d))
 	if *rank < 0 {

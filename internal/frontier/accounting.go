@@ -19,8 +19,13 @@ type accounting struct {
 	nSteps    []int32   // R: present steps
 	rankTotal []float64 // R: Σ_t P[t,r,S]
 
-	// Leader switches between confident unique leaders (App. C).
-	lastLeader, confident, switches int
+	// confLeader[t*S+s] is the confident unique leader at boundary s of
+	// step t, or -1 (App. C leader-switch tolerance). Switches are counted
+	// once the routed stage is known (leaderStats).
+	confLeader          []int32
+	tieN                []int32 // S: scratch tie-set sizes for the current step
+	tieFirst            []int32 // S: scratch first rank in each tie set
+	confident, switches int
 }
 
 func (c *accounting) init(a *analyzer) {
@@ -29,7 +34,8 @@ func (c *accounting) init(a *analyzer) {
 	c.sumP = make([]float64, R*S)
 	c.leadCount, c.leadAdv = make([]int32, R*S), make([]int32, R*S)
 	c.nSteps, c.rankTotal = make([]int32, R), make([]float64, R)
-	c.lastLeader = -1
+	c.confLeader = make([]int32, len(a.w.Steps)*S)
+	c.tieN, c.tieFirst = make([]int32, S), make([]int32, S)
 }
 
 // stepKernel processes step t in two fused sweeps over its cache-resident
@@ -117,6 +123,10 @@ func (a *analyzer) stepKernel(t int) {
 	cb := g.cohortB
 	tie, leader := 0, -1
 	thr, advances := a.thr, a.advances
+	tieN, tieFirst := c.tieN, c.tieFirst
+	for s := range tieN {
+		tieN[s], tieFirst[s] = 0, -1
+	}
 	for r := 0; r < R && n > 0; r++ {
 		tot := a.totals[r]
 		if tot == math.Inf(-1) {
@@ -135,6 +145,10 @@ func (a *analyzer) stepKernel(t int) {
 				if advances[s] {
 					la[s]++
 				}
+				if tieN[s] == 0 {
+					tieFirst[s] = int32(r)
+				}
+				tieN[s]++
 			}
 			if fused {
 				// Replacing stage s by min(b, d) lowers only the total.
@@ -173,7 +187,17 @@ func (a *analyzer) stepKernel(t int) {
 		}
 	}
 
-	// Step series and leader switches on the final boundary.
+	// A boundary's leader is confident when it is unique and clears the
+	// runner-up by the gap tolerances (App. C).
+	cl := c.confLeader[t*S : t*S+S]
+	for s := range cl {
+		cl[s] = -1
+		if g := F[s] - sec[s]; n > 1 && tieN[s] == 1 && g >= a.cfg.LeaderGapMS && g >= a.cfg.LeaderGapRel*fS {
+			cl[s] = tieFirst[s]
+		}
+	}
+
+	// Step series on the final boundary.
 	gap := 0.0
 	if n > 1 {
 		gap = fS - sec[S-1]
@@ -185,12 +209,5 @@ func (a *analyzer) stepKernel(t int) {
 	for s := range F {
 		pt.AdvanceMS[a.group[s]] += F[s] - prev
 		prev = F[s]
-	}
-	if n > 1 && tie == 1 && gap >= a.cfg.LeaderGapMS && gap >= a.cfg.LeaderGapRel*fS {
-		if c.confident > 0 && leader != c.lastLeader {
-			c.switches++
-		}
-		c.confident++
-		c.lastLeader = leader
 	}
 }

@@ -39,22 +39,44 @@ func (a *analyzer) rankStats() []RankStat {
 
 // leaderStats fills the leader-switch evidence and LeaderRank: the rank
 // most often in the tie set at the top-1 stage's boundary on steps where
-// that boundary advances (ties go to the lower rank).
+// that boundary advances (ties go to the lower rank). Switches are counted
+// at the routed boundary, between confident unique leaders only (§4,
+// App. C): the final boundary is useless for this because a step-closing
+// collective makes every rank finish together.
 func (a *analyzer) leaderStats(rep *Report) {
 	c := &a.acct
-	rep.LeaderSwitches = c.switches
-	if c.confident > 1 {
-		rep.LeaderSwitchRate = float64(c.switches) / float64(c.confident-1)
-	}
-	top := rep.Stages
 	g := -1
-	for i, st := range top {
+	for i, st := range rep.Stages {
 		if st == rep.Top1 {
 			g = i
 		}
 	}
 	if g < 0 {
 		return
+	}
+	// With accumulation a group spans several effective boundaries; use
+	// the one that advances most over the window.
+	sb := -1
+	for s := 0; s < a.S; s++ {
+		if a.group[s] == g && (sb < 0 || c.adv[s] > c.adv[sb]) {
+			sb = s
+		}
+	}
+	last := int32(-1)
+	for t := range a.w.Steps {
+		l := c.confLeader[t*a.S+sb]
+		if l < 0 {
+			continue
+		}
+		if c.confident > 0 && l != last {
+			c.switches++
+		}
+		c.confident++
+		last = l
+	}
+	rep.LeaderSwitches = c.switches
+	if c.confident > 1 {
+		rep.LeaderSwitchRate = float64(c.switches) / float64(c.confident-1)
 	}
 	best, bestN := -1, int64(0)
 	for r := 0; r < a.R; r++ {

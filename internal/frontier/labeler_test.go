@@ -2,6 +2,7 @@ package frontier
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/laggard-dev/laggard/internal/model"
@@ -237,5 +238,38 @@ func TestRawOnlyBelowFloor(t *testing.T) {
 	}
 	if hasLabel(rep, LabelCoCritical) || hasLabel(rep, LabelDirectExposure) {
 		t.Errorf("percentage labels below the floor: %v", labelNames(rep))
+	}
+}
+
+// A persistent data straggler whose wait the others absorb in backward: the
+// step-closing collective makes the final boundary's leader noise, so
+// switches must be counted at the routed (data) boundary, where rank 1
+// leads every step.
+func TestLeaderSwitchesAtRoutedBoundary(t *testing.T) {
+	var vs []*model.StageVector
+	for s := int64(0); s < 10; s++ {
+		noisy := int(s % 3) // who finishes the step last alternates
+		for r := 0; r < 3; r++ {
+			data, bwd, other := 1.0, 60.0, 0.0
+			if r == 1 {
+				data, bwd = 51, 10
+			}
+			if r == noisy {
+				other = 3
+			}
+			vs = append(vs, vec(s, r, data, 5, bwd, 0, 1, other))
+		}
+	}
+	rep := analyzeOK(t, assemble(t, testJob(3, 1), AssembleOptions{}, vs...), DefaultConfig())
+	if rep.Top1 != model.StageData || rep.LeaderRank != 1 {
+		t.Fatalf("top1 %q leader %d, want data led by rank 1", rep.Top1, rep.LeaderRank)
+	}
+	if rep.LeaderSwitches != 0 {
+		t.Fatalf("switches %d at the data boundary, want 0", rep.LeaderSwitches)
+	}
+	for _, l := range rep.Labels {
+		if strings.Contains(l.Reason, "leader switch") {
+			t.Errorf("label %s blames leader switching: %s", l.Name, l.Reason)
+		}
 	}
 }

@@ -77,9 +77,11 @@ func stepParam(q url.Values, name string) (int64, error) {
 	return v, nil
 }
 
-// reportConfig is frontier.DefaultConfig overridden by query parameters.
-func reportConfig(q url.Values) (frontier.Config, error) {
+// reportConfig is frontier.DefaultConfig with the job's declared
+// workload semantics, overridden by query parameters.
+func reportConfig(job *model.Job, q url.Values) (frontier.Config, error) {
 	cfg := frontier.DefaultConfig()
+	cfg.ModelFit = frontier.ModelFitFromJob(job)
 	if v := q.Get("tau"); v != "" {
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(x > 0 && x <= 1) {
@@ -118,7 +120,7 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	cfg, err := reportConfig(q)
+	cfg, err := reportConfig(job, q)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return

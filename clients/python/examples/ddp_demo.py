@@ -158,7 +158,7 @@ def worker(rank, args, port, phases):
             out_file = args.out.replace("{job}", job) if args.out else None
             perf = laggard.Perf(server=None if out_file else args.server, out=out_file and out_file + ".rank{rank}.part",
                                 job=job, rank=rank, world_size=args.world, host=host, local_rank=rank,
-                                labels={"fault": fault, "delay_ms": str(ph["delay_ms"])} if args.label_faults else None,
+                                labels=dict({"sync_model": "ddp"}, **({"fault": fault, "delay_ms": str(ph["delay_ms"])} if args.label_faults else {})),
                                 flush_interval=0.5)
             t_phase = time.perf_counter()
             for _ in range(ph["steps"]):
