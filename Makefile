@@ -31,7 +31,8 @@ test-go:
 	$(GO) test -race -count=1 ./...
 
 test-py:
-	$(PY) -m unittest discover -s clients/python/tests -t clients/python
+	$(PY) -m unittest discover -s clients/python/tests
+	$(PY) -m unittest discover -s eval/tests
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
