@@ -38,148 +38,281 @@ func (c *accounting) init(a *analyzer) {
 	c.tieN, c.tieFirst = make([]int32, S), make([]int32, S)
 }
 
-// stepKernel processes step t in two fused sweeps over its cache-resident
-// R×S block (16k ranks × 1k steps must fit a one-second budget):
+// tieCand is a rank whose prefix reached the running tie threshold of a
+// boundary (it may still fall out of the final tie set).
+type tieCand struct {
+	r int32
+	p float64
+}
+
+// sweepBlock is the rank-block size of the sweep in cells: each step's run
+// is this long and the block's prefix sums stay in L2.
+const sweepBlock = 1 << 14
+
+// Tie candidates kept per boundary and step: a few inline, and past
+// candMax that boundary's tie set is settled by rescanning its step
+// (massive exact ties only).
+const (
+	candInline = 4
+	candMax    = 64
+)
+
+// colState is the running state of boundary s of step t while the sweep
+// visits the ranks in order: frontier, runner-up, tie threshold and the
+// §6.2 column statistics. gate = min(thr, sec): below it a prefix changes
+// none of the first four.
+type colState struct {
+	gate, F, sec, thr float64
+	mx, mn, sm        float64
+}
+
+// stepState is the per-step part of the sweep.
+type stepState struct {
+	n        int32 // present ranks
+	slow     int32 // the first rank with the largest total
+	slowTot  float64
+	overflow bool // some boundary's candidates passed candMax
+}
+
+// sweep is the one full pass over the window's durations (the medians
+// before it read only samples at scale). It runs over blocks of ranks,
+// each block reading every step as one contiguous run and keeping its
+// per-rank accumulators in cache, and computes:
 //
-//   - sweep 1: prefixes P[t,r,s] = Σ_{j≤s} d, the frontier F[t,s] = max_r P
-//     and runner-up (StageFrontier §3 eq.1), the §6.2 per-stage column
-//     statistics, and the column gather for the cohort median (§4);
-//   - sweep 2: the latest-rank tie set, prefix sums for the slack identity
-//     (§3 eq.3) and the clipped direct-exposure gains (§4 eq.4).
-func (a *analyzer) stepKernel(t int) {
-	R, S := a.R, a.S
-	D := a.step(t)
-	F, sec := a.F, a.second
-	b := &a.base
-	mx, mn, sm := b.colMax, b.colMin, b.colSum
-	for s := range F {
-		F[s], sec[s] = math.Inf(-1), math.Inf(-1)
-		mx[s], mn[s], sm[s] = math.Inf(-1), math.Inf(1), 0
+//   - per cell: prefixes P[t,r,s] = Σ_{j≤s} d, their window sums for the
+//     slack identity (§3 eq.3), the frontier F[t,s] = max_r P and runner-up
+//     (§3 eq.1), and the §6.2 column statistics;
+//   - per row: rank totals, the slowest rank, and the clipped totals of
+//     both gains (§4 eq.4), whose medians are taken beforehand.
+//
+// Per-step state is visited in rank order, exactly as a step-major scan
+// would, so every sum and max is bit-identical to it. The latest-rank tie
+// set needs the final F, but F only grows, so every final member passes
+// the running threshold when visited; those candidates are kept (and
+// pruned as F grows) and the tie set is settled in finishStep.
+func (a *analyzer) sweep() {
+	T, R, S := a.T, a.R, a.S
+	c := &a.acct
+	B := max(1, min(R, sweepBlock/S))
+	D := a.w.D
+	lbs := a.gain.lb
+	for r0 := 0; r0 < R; r0 += B {
+		nb := min(B, R-r0)
+		sp := c.sumP[r0*S : (r0+nb)*S]
+		nSteps, rankTotal := c.nSteps[r0:r0+nb], c.rankTotal[r0:r0+nb]
+		for t := 0; t < T; t++ {
+			src := D[(t*R+r0)*S : (t*R+r0+nb)*S]
+			var pr []bool
+			if a.pres != nil {
+				pr = a.pres[t*R+r0 : t*R+r0+nb]
+			}
+			st := a.bnd[t*S : t*S+S]
+			if S == 6 { // the default schema
+				a.run6(t, r0, src, sp, pr, (*[6]colState)(st), nSteps, rankTotal)
+				continue
+			}
+			ss := &a.steps[t]
+			n := ss.n
+			for j := range nb {
+				if pr != nil && !pr[j] {
+					continue
+				}
+				row, spj := src[j*S:j*S+S], sp[j*S:j*S+S]
+				row, spj = row[:len(st)], spj[:len(st)]
+				p := 0.0
+				for s, d := range row {
+					p += d
+					spj[s] += p
+					cs := &st[s]
+					if cs.see(d, p) {
+						a.colUpdate(cs, t*S+s, int32(r0+j), p)
+					}
+					cs.sm += d
+				}
+				n++
+				if !(p >= 0) || math.IsInf(p, 1) {
+					a.badTotal++
+				}
+				if p > ss.slowTot {
+					ss.slow, ss.slowTot = int32(r0+j), p
+				}
+				nSteps[j]++
+				rankTotal[j] += p
+				if p > lbs[t] {
+					a.gainRank(t, r0+j, row, p)
+				}
+			}
+			ss.n = n
+		}
 	}
-	cols := a.gain.cols
-	a.absent = a.absent[:0]
-	n, slow, slowTot := 0, -1, math.Inf(-1)
-	for r := 0; r < R; r++ {
-		if !a.present(t, r) {
-			a.absent = append(a.absent, r)
-			a.totals[r] = math.Inf(-1)
+}
+
+// run6 is the sweep's inner loop over one step's run of a rank block for
+// six-stage rows, unrolled, with the column sums in registers: summed
+// through memory, each row would wait on the previous row's store.
+func (a *analyzer) run6(t, r0 int, src, sp []float64, pr []bool, st *[6]colState, nSteps []int32, rankTotal []float64) {
+	ss := &a.steps[t]
+	n, ts := ss.n, t*6
+	sm0, sm1, sm2, sm3, sm4, sm5 := st[0].sm, st[1].sm, st[2].sm, st[3].sm, st[4].sm, st[5].sm
+	for j := range nSteps {
+		if pr != nil && !pr[j] {
 			continue
 		}
-		row := D[r*S : r*S+S]
+		row, spj := (*[6]float64)(src[j*6:j*6+6]), (*[6]float64)(sp[j*6:j*6+6])
+		r := int32(r0 + j)
 		p := 0.0
-		for s, d := range row {
-			p += d
-			if p > F[s] {
-				sec[s], F[s] = F[s], p
-			} else if p > sec[s] {
-				sec[s] = p
-			}
-			if d > mx[s] {
-				mx[s] = d
-			}
-			if d < mn[s] {
-				mn[s] = d
-			}
-			sm[s] += d
-			cols[s*R+n] = key(d)
+		p += row[0] // from 0.0, as the generic loop: −0 becomes +0
+		spj[0] += p
+		if st[0].see(row[0], p) {
+			a.colUpdate(&st[0], ts, r, p)
 		}
+		sm0 += row[0]
+		p += row[1]
+		spj[1] += p
+		if st[1].see(row[1], p) {
+			a.colUpdate(&st[1], ts+1, r, p)
+		}
+		sm1 += row[1]
+		p += row[2]
+		spj[2] += p
+		if st[2].see(row[2], p) {
+			a.colUpdate(&st[2], ts+2, r, p)
+		}
+		sm2 += row[2]
+		p += row[3]
+		spj[3] += p
+		if st[3].see(row[3], p) {
+			a.colUpdate(&st[3], ts+3, r, p)
+		}
+		sm3 += row[3]
+		p += row[4]
+		spj[4] += p
+		if st[4].see(row[4], p) {
+			a.colUpdate(&st[4], ts+4, r, p)
+		}
+		sm4 += row[4]
+		p += row[5]
+		spj[5] += p
+		if st[5].see(row[5], p) {
+			a.colUpdate(&st[5], ts+5, r, p)
+		}
+		sm5 += row[5]
+		n++
 		if !(p >= 0) || math.IsInf(p, 1) {
 			a.badTotal++
 		}
-		if p > slowTot {
-			slow, slowTot = r, p
+		if p > ss.slowTot {
+			ss.slow, ss.slowTot = r, p
 		}
-		a.totals[r] = p
-		n++
+		nSteps[j]++
+		rankTotal[j] += p
+		if p > a.gain.lb[t] {
+			a.gainRank(t, int(r), row[:], p)
+		}
 	}
+	st[0].sm, st[1].sm, st[2].sm, st[3].sm, st[4].sm, st[5].sm = sm0, sm1, sm2, sm3, sm4, sm5
+	ss.n = n
+}
+
+// see folds duration d into the column max and min and reports whether
+// prefix p needs the rare path (colUpdate).
+func (cs *colState) see(d, p float64) bool {
+	if d > cs.mx {
+		cs.mx = d
+	}
+	if d < cs.mn {
+		cs.mn = d
+	}
+	return p >= cs.gate
+}
+
+// colUpdate is the rare path of the sweep for prefix p of rank r at
+// boundary cs (index ts = t*S+s).
+func (a *analyzer) colUpdate(cs *colState, ts int, r int32, p float64) {
+	if p >= cs.thr {
+		if p > cs.F {
+			cs.sec, cs.F = cs.F, p
+			// Looser than the final threshold, so candidates stay a
+			// superset despite round-off.
+			cs.thr = p - 2*tieRel*math.Abs(p)
+			keep := a.cand[ts][:0]
+			for _, x := range a.cand[ts] {
+				if x.p >= cs.thr {
+					keep = append(keep, x)
+				}
+			}
+			a.cand[ts] = keep
+		} else if p > cs.sec {
+			cs.sec = p
+		}
+		switch {
+		case a.candOver[ts]:
+		case len(a.cand[ts]) < candMax:
+			a.cand[ts] = append(a.cand[ts], tieCand{r, p})
+		default: // settled by a rescan
+			a.cand[ts], a.candOver[ts] = nil, true
+			a.steps[ts/a.S].overflow = true
+		}
+	} else if p > cs.sec {
+		cs.sec = p
+	}
+	cs.gate = cs.sec
+	if cs.thr < cs.sec {
+		cs.gate = cs.thr
+	}
+}
+
+// finishStep turns step t's swept state into the window accumulators:
+// advances, the settled tie sets, both gains, missing-step frontier sums,
+// confident leaders and the step series.
+func (a *analyzer) finishStep(t int) {
+	R, S := a.R, a.S
+	F, sec := a.F[:S:S], a.second[:S:S]
+	b := &a.base
+	st := a.bnd[t*S : t*S+S]
+	for s := range F {
+		cs := &st[s]
+		F[s], sec[s] = cs.F, cs.sec
+		b.colMax[s], b.colMin[s], b.colSum[s] = cs.mx, cs.mn, cs.sm
+	}
+	ss := &a.steps[t]
+	n := int(ss.n)
 	a.nPresent = n
 	if n == 0 { // hand-built window with an empty step: nothing is exposed
 		for s := range F {
 			F[s], sec[s] = 0, 0
 		}
 	} else {
-		a.baselineFold(t, slow)
-		a.cohortMedians()
+		a.baselineFold(t, int(ss.slow))
 	}
 	c := &a.acct
 	fS := F[S-1]
 	prev := 0.0
+	thr, advances := a.thr[:S:S], a.advances[:S:S]
 	for s := range F {
 		adv := F[s] - prev // a[t,s] = F[t,s] − F[t,s−1]
 		prev = F[s]
 		c.adv[s] += adv
 		c.fsum[s] += F[s]
-		a.thr[s] = F[s] - tieRel*math.Abs(F[s])
-		a.advances[s] = adv > tieRel*fS
+		thr[s] = F[s] - tieRel*math.Abs(F[s])
+		advances[s] = adv > tieRel*fS
 	}
 	c.exposed += fS
 
-	g := &a.gain
-	f1, f2 := g.f1, g.f2
-	for i := range f1 {
-		f1[i], f2[i] = math.Inf(-1), math.Inf(-1)
-	}
-	fused := S == a.G // without accumulation groups gains fuse into sweep 2
-	cb := g.cohortB
-	tie, leader := 0, -1
-	thr, advances := a.thr, a.advances
-	tieN, tieFirst := c.tieN, c.tieFirst
-	for s := range tieN {
-		tieN[s], tieFirst[s] = 0, -1
-	}
-	for r := 0; r < R && n > 0; r++ {
-		tot := a.totals[r]
-		if tot == math.Inf(-1) {
-			continue
-		}
-		row := D[r*S : r*S+S]
-		sp := c.sumP[r*S : r*S+S]
-		lc, la := c.leadCount[r*S:r*S+S], c.leadAdv[r*S:r*S+S]
-		rm := g.rankMed[r*S : r*S+S]
-		p := 0.0
-		for s, d := range row {
-			p += d
-			sp[s] += p
-			if p >= thr[s] {
-				lc[s]++
-				if advances[s] {
-					la[s]++
-				}
-				if tieN[s] == 0 {
-					tieFirst[s] = int32(r)
-				}
-				tieN[s]++
-			}
-			if fused {
-				// Replacing stage s by min(b, d) lowers only the total.
-				if v := tot - max(d-rm[s], 0); v > f1[s] {
-					f1[s] = v
-				}
-				if v := tot - max(d-cb[s], 0); v > f2[s] {
-					f2[s] = v
-				}
-			}
-		}
-		if p >= thr[S-1] {
-			tie++
-			if leader < 0 {
-				leader = r
-			}
-		}
-		c.nSteps[r]++
-		c.rankTotal[r] += p
-	}
+	a.settleTies(t)
+	tieN, tieFirst := c.tieN[:S:S], c.tieFirst[:S:S]
+	tie, leader := int(tieN[S-1]), int(tieFirst[S-1])
 	if n > 0 {
-		if !fused {
-			a.gainGrouped(t)
-		}
-		a.gainFold()
+		a.gainFold(t)
 	}
-	if len(a.absent) > 0 {
+	if a.pres != nil && n < R {
 		if c.missF == nil {
 			c.missF = make([]float64, R*S)
 		}
-		for _, r := range a.absent {
+		for r, ok := range a.pres[t*R : (t+1)*R] {
+			if ok {
+				continue
+			}
 			mf := c.missF[r*S : r*S+S]
 			for s := range mf {
 				mf[s] += F[s]
@@ -209,5 +342,54 @@ func (a *analyzer) stepKernel(t int) {
 	for s := range F {
 		pt.AdvanceMS[a.group[s]] += F[s] - prev
 		prev = F[s]
+	}
+}
+
+// settleTies finds the final latest-rank tie set of each boundary of step
+// t, in rank order, from the sweep's candidates; boundaries whose
+// candidates overflowed rescan the step.
+func (a *analyzer) settleTies(t int) {
+	R, S := a.R, a.S
+	c := &a.acct
+	thr, advances := a.thr[:S:S], a.advances[:S:S]
+	tieN, tieFirst := c.tieN[:S:S], c.tieFirst[:S:S]
+	hit := func(s int, r int32) {
+		i := int(r)*S + s
+		c.leadCount[i]++
+		if advances[s] {
+			c.leadAdv[i]++
+		}
+		if tieN[s] == 0 {
+			tieFirst[s] = r
+		}
+		tieN[s]++
+	}
+	over := a.candOver[t*S : t*S+S]
+	for s := range tieN {
+		tieN[s], tieFirst[s] = 0, -1
+		if over[s] {
+			continue
+		}
+		for _, x := range a.cand[t*S+s] {
+			if x.p >= thr[s] {
+				hit(s, x.r)
+			}
+		}
+	}
+	if !a.steps[t].overflow {
+		return
+	}
+	D := a.step(t)
+	for r := 0; r < R; r++ {
+		if !a.present(t, r) {
+			continue
+		}
+		p := 0.0
+		for s, d := range D[r*S : r*S+S] {
+			p += d
+			if over[s] && p >= thr[s] {
+				hit(s, int32(r))
+			}
+		}
 	}
 }

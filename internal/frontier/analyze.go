@@ -14,9 +14,9 @@ const (
 )
 
 // analyzer holds the window-level accumulators and the per-step scratch of
-// one Analyze call. stepKernel streams the step-major window once for
-// accounting, evidence, baselines and both gains; the per-rank median needs
-// one extra blocked pass (gain.go).
+// one Analyze call. sweep reads the durations once, in rank blocks, into
+// per-step and per-rank state; finishStep then settles each step
+// (accounting.go).
 type analyzer struct {
 	w          *model.Window
 	cfg        Config
@@ -29,9 +29,13 @@ type analyzer struct {
 	F, second []float64 // S
 	thr       []float64 // S
 	advances  []bool    // S
-	totals    []float64 // R, rank totals P[t,r,S]
 	nPresent  int
-	absent    []int
+
+	// Sweep state.
+	bnd      []colState  // T*S
+	steps    []stepState // T
+	cand     [][]tieCand // T*S tie candidates
+	candOver []bool      // T*S: candidates overflowed
 
 	acct      accounting
 	base      baselineAcc
@@ -50,9 +54,11 @@ func analyze(w *model.Window, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	a := newAnalyzer(w, cfg, k)
-	a.gain.rankMedians(a) // §4 eq.4 rank_median baseline needs the whole window first
+	a.rankMedians() // §4 eq.4 baselines are needed by the sweep
+	a.cohortMedians()
+	a.sweep()
 	for t := 0; t < a.T; t++ {
-		a.stepKernel(t)
+		a.finishStep(t)
 	}
 	if a.badTotal > 0 {
 		return nil, &model.FieldError{Field: "d", Msg: fmt.Sprintf("%d cells have non-finite durations", a.badTotal)}
@@ -66,7 +72,20 @@ func newAnalyzer(w *model.Window, cfg Config, k int) *analyzer {
 	T, R, S := w.Dims()
 	a := &analyzer{w: w, cfg: cfg, T: T, R: R, S: S, G: len(w.Schema.Stages), K: k, group: w.Group, pres: w.Present,
 		F: make([]float64, S), second: make([]float64, S), thr: make([]float64, S), advances: make([]bool, S),
-		totals: make([]float64, R), series: make([]StepPoint, T), seriesAdv: make([]float64, T*len(w.Schema.Stages))}
+		series: make([]StepPoint, T), seriesAdv: make([]float64, T*len(w.Schema.Stages))}
+	a.bnd, a.steps = make([]colState, T*S), make([]stepState, T)
+	inf := math.Inf(1)
+	for i := range a.bnd {
+		a.bnd[i] = colState{gate: -inf, F: -inf, sec: -inf, thr: -inf, mx: -inf, mn: inf}
+	}
+	for i := range a.steps {
+		a.steps[i] = stepState{slow: -1, slowTot: -inf}
+	}
+	a.cand, a.candOver = make([][]tieCand, T*S), make([]bool, T*S)
+	inline := make([]tieCand, T*S*candInline)
+	for i := range a.cand {
+		a.cand[i] = inline[i*candInline : i*candInline : (i+1)*candInline]
+	}
 	a.acct.init(a)
 	a.base.init(a)
 	a.gain.init(a)

@@ -16,16 +16,20 @@ func (a *analyzer) quality() Quality {
 	q := Quality{Dropped: w.Dropped, Nested: w.Nested}
 	res, ovl, wall := make([]float64, R), make([]float64, R), make([]float64, R)
 	for t := 0; t < T; t++ {
-		for r := 0; r < R; r++ {
-			i := t*R + r
-			if !a.present(t, r) {
+		cl, wl := w.Closure[t*R:(t+1)*R], w.Wall[t*R:(t+1)*R]
+		cl, wl = cl[:len(res)], wl[:len(res)] // lets the compiler drop bounds checks
+		var pr []bool
+		if a.pres != nil {
+			pr = a.pres[t*R : (t+1)*R]
+		}
+		for r, e := range cl {
+			if pr != nil && !pr[r] {
 				q.MissingCells++
 				continue
 			}
-			e := w.Closure[i]
 			res[r] += max(e, 0)
 			ovl[r] += max(-e, 0)
-			wall[r] += w.Wall[i]
+			wall[r] += wl[r]
 		}
 	}
 	seen := make([]bool, R)
