@@ -12,17 +12,7 @@ import (
 // step to keep the frontier honest.
 func benchWindow(T, R int) *model.Window {
 	rng := rand.New(rand.NewPCG(1, 2))
-	job := testJob(R, 1)
-	steps := make([]int64, T)
-	for i := range steps {
-		steps[i] = int64(i)
-	}
-	stages, group := expandStages(job.Schema.Stages, 1)
-	ranks := make([]model.Rank, R)
-	for r := range ranks {
-		ranks[r] = model.Rank{Rank: r}
-	}
-	w := model.NewWindow(job.ID, job.Schema, ranks, steps, stages, group)
+	w := denseWindow(T, R)
 	base := [6]float64{5, 40, 90, 2, 10, 1}
 	S := 6
 	for t := 0; t < T; t++ {

@@ -45,9 +45,9 @@ func analyzeOK(t testing.TB, w *model.Window, cfg Config) *Report {
 	return rep
 }
 
-// randWindow is a dense default-schema window of random durations; a
-// fraction of cells get a spike so frontiers move between ranks.
-func randWindow(rng *rand.Rand, T, R int) *model.Window {
+// denseWindow is a zeroed T×R default-schema window with steps 0..T-1,
+// built directly (no Assembler).
+func denseWindow(T, R int) *model.Window {
 	job := testJob(R, 1)
 	steps := make([]int64, T)
 	for i := range steps {
@@ -58,7 +58,13 @@ func randWindow(rng *rand.Rand, T, R int) *model.Window {
 	for r := range ranks {
 		ranks[r] = model.Rank{Rank: r}
 	}
-	w := model.NewWindow(job.ID, job.Schema, ranks, steps, stages, group)
+	return model.NewWindow(job.ID, job.Schema, ranks, steps, stages, group)
+}
+
+// randWindow is a dense default-schema window of random durations; a
+// fraction of cells get a spike so frontiers move between ranks.
+func randWindow(rng *rand.Rand, T, R int) *model.Window {
+	w := denseWindow(T, R)
 	for i := range w.D {
 		w.D[i] = rng.Float64() * 10
 		if rng.IntN(20) == 0 {
