@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/laggard-dev/laggard/internal/frontier"
 	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/stagefile"
 )
 
 // window is a resolved inclusive step range.
@@ -202,18 +201,12 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", job.ID+".jsonl"))
-	bw := bufio.NewWriterSize(w, 64<<10)
-	enc := json.NewEncoder(bw)
-	if err := enc.Encode(struct {
-		Job *model.Job `json:"job"`
-	}{job}); err != nil {
-		return
-	}
-	if ok {
-		err = s.st.Scan(job.ID, win.from, win.to, func(v *model.StageVector) error { return enc.Encode(v) })
+	jw, err := stagefile.NewWriter(w, job)
+	if err == nil && ok {
+		err = s.st.Scan(job.ID, win.from, win.to, jw.Write)
 	}
 	if err == nil {
-		err = bw.Flush()
+		err = jw.Flush()
 	}
 	if err != nil {
 		if r.Context().Err() == nil {

@@ -157,22 +157,26 @@ func strictUnmarshal(b []byte, v any) error {
 	return nil
 }
 
-// WriteJSONL writes job as the header line and then every vector next
-// yields until it returns false.
-func WriteJSONL(w io.Writer, job *model.Job, next func() (*model.StageVector, bool)) error {
-	bw := bufio.NewWriterSize(w, 64<<10)
-	enc := json.NewEncoder(bw)
-	if err := enc.Encode(header{Job: job}); err != nil {
-		return err
-	}
-	for {
-		v, ok := next()
-		if !ok {
-			break
-		}
-		if err := enc.Encode(v); err != nil {
-			return err
-		}
-	}
-	return bw.Flush()
+// Writer writes a JSONL stage matrix: the job header on creation, then
+// one line per vector. It buffers; call Flush at the end.
+type Writer struct {
+	bw  *bufio.Writer
+	enc *json.Encoder
 }
+
+// NewWriter writes job's header line to w and returns the writer for the
+// vectors.
+func NewWriter(w io.Writer, job *model.Job) (*Writer, error) {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	jw := &Writer{bw: bw, enc: json.NewEncoder(bw)}
+	if err := jw.enc.Encode(header{Job: job}); err != nil {
+		return nil, err
+	}
+	return jw, nil
+}
+
+// Write appends one vector line.
+func (w *Writer) Write(v *model.StageVector) error { return w.enc.Encode(v) }
+
+// Flush writes any buffered lines.
+func (w *Writer) Flush() error { return w.bw.Flush() }

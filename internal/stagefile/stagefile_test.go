@@ -100,14 +100,16 @@ func TestWriteReadRoundTrip(t *testing.T) {
 		{Step: 7, Rank: 1, Durations: []float64{1, 2, 3, 4, 5}, WallMS: 15, DataLead: 1, Dropped: 2},
 	}
 	var buf bytes.Buffer
-	i := 0
-	if err := WriteJSONL(&buf, job, func() (*model.StageVector, bool) {
-		if i == len(src) {
-			return nil, false
+	w, err := NewWriter(&buf, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range src {
+		if err := w.Write(&src[i]); err != nil {
+			t.Fatal(err)
 		}
-		i++
-		return &src[i-1], true
-	}); err != nil {
+	}
+	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	got, vs := collect(t, func(fn func(*model.StageVector) error) (*model.Job, error) { return ReadJSONL(&buf, Sink{Vector: fn}) })
