@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,11 +20,7 @@ type serveOptions struct {
 	maxBody    int64
 }
 
-func (o *serveOptions) register(fs interface {
-	StringVar(*string, string, string, string)
-	IntVar(*int, string, int, string)
-	Int64Var(*int64, string, int64, string)
-}, defaultData string) {
+func (o *serveOptions) register(fs *flag.FlagSet, defaultData string) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:7070", "listen address for the API, metrics and web UI")
 	fs.StringVar(&o.dataDir, "data", defaultData, "directory of the embedded store (created if missing)")
 	fs.IntVar(&o.queueDepth, "queue", 1024, "ingest queue depth in batches; a full queue answers 429")
