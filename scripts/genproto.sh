@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the Go protobuf bindings under internal/wire/pb from
+# Regenerates the Go protobuf bindings under internal/wire/laggardv1/pb from
 # api/laggard/v1/*.proto. Needs protoc and protoc-gen-go on PATH (or in
 # $(go env GOPATH)/bin). The include root is api/ so the descriptor is
 # registered as "laggard/v1/ingest.proto" (a bare "ingest.proto" could clash
@@ -11,5 +11,5 @@ export PATH="$PATH:$(go env GOPATH)/bin"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 protoc -I api --go_out="$tmp" --go_opt=paths=source_relative api/laggard/v1/*.proto
-mkdir -p internal/wire/pb
-mv "$tmp"/laggard/v1/*.pb.go internal/wire/pb/
+mkdir -p internal/wire/laggardv1/pb
+mv "$tmp"/laggard/v1/*.pb.go internal/wire/laggardv1/pb/

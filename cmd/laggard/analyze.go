@@ -12,10 +12,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/laggard-dev/laggard/internal/frontier"
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
 	"github.com/laggard-dev/laggard/internal/render"
-	"github.com/laggard-dev/laggard/internal/stagefile"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/wire/stagefile"
 )
 
 func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -26,7 +27,7 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	from := fs.Int64("from", 0, "first step of the window (inclusive; 0 = first in file)")
 	to := fs.Int64("to", 0, "last step of the window (inclusive; 0 = last in file)")
 	last := fs.Int("last", 0, "analyze only the last N steps in the file")
-	cfg := frontier.DefaultConfig()
+	cfg := stagefrontier.DefaultConfig()
 	fs.Float64Var(&cfg.CandidateThreshold, "tau", cfg.CandidateThreshold, "routing candidate cumulative share threshold τ")
 	modelFit := fs.String("model-fit", "", "true/false: whether the synchronization-wait model fits this workload (App. C indicator m; default: from the job's sync_model label)")
 	if err := parseFlags(fs, args); err != nil {
@@ -81,20 +82,20 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // selected window. With last > 0 the vectors are buffered to find the
 // window; otherwise they stream straight into the assembler.
 // fit overrides the model-fit indicator the job's labels imply.
-func analyzeMatrix(in io.Reader, format, jobID string, from, to int64, last int, cfg frontier.Config, fit *bool) (*frontier.Report, error) {
+func analyzeMatrix(in io.Reader, format, jobID string, from, to int64, last int, cfg stagefrontier.Config, fit *bool) (*stagefrontier.Report, error) {
 	if to == 0 {
 		to = math.MaxInt64
 	}
-	var asm *frontier.Assembler
-	var buf []model.StageVector
+	var asm *stagefrontier.Assembler
+	var buf []stagevec.Vector
 	sink := stagefile.Sink{
-		Job: func(j *model.Job) error {
+		Job: func(j *signal.Job) error {
 			if last == 0 {
-				asm = frontier.NewAssembler(j, frontier.AssembleOptions{FromStep: from, ToStep: to})
+				asm = stagefrontier.NewAssembler(j, stagefrontier.AssembleOptions{FromStep: from, ToStep: to})
 			}
 			return nil
 		},
-		Vector: func(v *model.StageVector) error {
+		Vector: func(v *stagevec.Vector) error {
 			if asm != nil {
 				return asm.Add(v)
 			}
@@ -102,7 +103,7 @@ func analyzeMatrix(in io.Reader, format, jobID string, from, to int64, last int,
 			return nil
 		},
 	}
-	var job *model.Job
+	var job *signal.Job
 	var err error
 	switch format {
 	case "jsonl", "json":
@@ -117,7 +118,7 @@ func analyzeMatrix(in io.Reader, format, jobID string, from, to int64, last int,
 	}
 	if asm == nil {
 		from, to = lastSteps(buf, last)
-		asm = frontier.NewAssembler(job, frontier.AssembleOptions{FromStep: from, ToStep: to})
+		asm = stagefrontier.NewAssembler(job, stagefrontier.AssembleOptions{FromStep: from, ToStep: to})
 		for i := range buf {
 			if err := asm.Add(&buf[i]); err != nil {
 				return nil, err
@@ -128,16 +129,16 @@ func analyzeMatrix(in io.Reader, format, jobID string, from, to int64, last int,
 	if err != nil {
 		return nil, err
 	}
-	cfg.ModelFit = frontier.ModelFitFromJob(job)
+	cfg.ModelFit = stagefrontier.ModelFitFromJob(job)
 	if fit != nil {
 		cfg.ModelFit = *fit
 	}
-	return frontier.Analyze(w, cfg)
+	return stagefrontier.Analyze(w, cfg)
 }
 
 // lastSteps returns the inclusive step range covering the last n distinct
 // steps present in vs.
-func lastSteps(vs []model.StageVector, n int) (from, to int64) {
+func lastSteps(vs []stagevec.Vector, n int) (from, to int64) {
 	seen := map[int64]struct{}{}
 	for _, v := range vs {
 		seen[v.Step] = struct{}{}

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/laggard-dev/laggard/internal/demo"
-	"github.com/laggard-dev/laggard/internal/frontier"
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -46,16 +46,16 @@ func TestDispatch(t *testing.T) {
 // The §2 sync-wait fixture through the whole CLI path: the frontier routes
 // the late data boundary, and the JSON report is machine-readable.
 func TestAnalyzeFixture(t *testing.T) {
-	for _, file := range []string{"../../internal/stagefile/testdata/sync_wait.jsonl", "../../internal/stagefile/testdata/sync_wait.csv"} {
+	for _, file := range []string{"../../internal/wire/stagefile/testdata/sync_wait.jsonl", "../../internal/wire/stagefile/testdata/sync_wait.csv"} {
 		code, out, errs := runCLI(t, "analyze", "-json", file)
 		if code != 0 {
 			t.Fatalf("%s: exit %d: %s", file, code, errs)
 		}
-		var rep frontier.Report
+		var rep stagefrontier.Report
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("%s: bad JSON: %v", file, err)
 		}
-		if rep.Top1 != model.StageData || rep.NumRanks != 3 {
+		if rep.Top1 != stagevec.StageData || rep.NumRanks != 3 {
 			t.Fatalf("%s: top1=%q ranks=%d, want data.next_wait over 3 ranks", file, rep.Top1, rep.NumRanks)
 		}
 		code, out, _ = runCLI(t, "analyze", file)
@@ -63,7 +63,7 @@ func TestAnalyzeFixture(t *testing.T) {
 			t.Fatalf("%s: text report missing routing: %s", file, out)
 		}
 	}
-	code, _, errs := runCLI(t, "analyze", "-format", "csv", "../../internal/stagefile/testdata/sync_wait.jsonl")
+	code, _, errs := runCLI(t, "analyze", "-format", "csv", "../../internal/wire/stagefile/testdata/sync_wait.jsonl")
 	if code != 1 || !strings.Contains(errs, "line 1") {
 		t.Fatalf("wrong format should name line 1: code %d, %s", code, errs)
 	}

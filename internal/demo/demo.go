@@ -15,19 +15,19 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/laggard-dev/laggard/internal/frontier"
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
 // Fault families the demo trainer can inject, with the stage each one
 // should be routed to (StageFrontier §6.2). The host-only callback is the
 // control: it is not exposed as group delay and must not be routed.
 var Faults = map[string]string{
-	"data":          model.StageData,
-	"forward_host":  model.StageForward,
-	"backward":      model.StageBackward,
-	"backward_comm": model.StageBackward,
-	"callback_sync": model.StageCallback,
+	"data":          stagevec.StageData,
+	"forward_host":  stagevec.StageForward,
+	"backward":      stagevec.StageBackward,
+	"backward_comm": stagevec.StageBackward,
+	"callback_sync": stagevec.StageCallback,
 	"callback_host": "",
 }
 
@@ -49,7 +49,7 @@ type Options struct {
 
 // Result is the demo's outcome.
 type Result struct {
-	Report       *frontier.Report
+	Report       *stagefrontier.Report
 	WantStage    string // "" for the control
 	StageRouted  bool   // want stage is top-1 (or, for the control, callbacks not routed)
 	StageInTop2  bool
@@ -137,7 +137,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Report = rep
 	if want == "" {
-		res.StageRouted = !slices.Contains(rep.Routing, model.StageCallback)
+		res.StageRouted = !slices.Contains(rep.Routing, stagevec.StageCallback)
 		res.StageInTop2 = res.StageRouted
 	} else {
 		res.StageRouted = rep.Top1 == want
@@ -148,7 +148,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 }
 
 // FetchReport asks the server for the window report of steps [from, to].
-func FetchReport(ctx context.Context, base, job string, from, to int64) (*frontier.Report, error) {
+func FetchReport(ctx context.Context, base, job string, from, to int64) (*stagefrontier.Report, error) {
 	url := fmt.Sprintf("%s/api/v1/jobs/%s/report?from=%d&to=%d", base, job, from, to)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -163,7 +163,7 @@ func FetchReport(ctx context.Context, base, job string, from, to int64) (*fronti
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, lastLine(string(body)))
 	}
-	var rep frontier.Report
+	var rep stagefrontier.Report
 	if err := json.Unmarshal(body, &rep); err != nil {
 		return nil, fmt.Errorf("decoding report: %w", err)
 	}

@@ -1,4 +1,4 @@
-// Package render turns a frontier.Report into the human-readable text the
+// Package render turns a stagefrontier.Report into the human-readable text the
 // CLI and the demo print. JSON output is the Report itself.
 package render
 
@@ -10,11 +10,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/laggard-dev/laggard/internal/frontier"
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
 )
 
 // Text writes a readable window report.
-func Text(w io.Writer, r *frontier.Report) error {
+func Text(w io.Writer, r *stagefrontier.Report) error {
 	p := &printer{w: w}
 	perStep := 0.0
 	if r.NumSteps > 0 {
@@ -99,7 +99,7 @@ func Text(w io.Writer, r *frontier.Report) error {
 	return p.err
 }
 
-func routeMark(r *frontier.Report, stage string) string {
+func routeMark(r *stagefrontier.Report, stage string) string {
 	switch {
 	case stage == r.Top1:
 		return "top-1"
@@ -121,7 +121,7 @@ type leadRow struct {
 // leadingRanks returns the n ranks that most often attain the frontier at
 // the top-1 stage boundary (the latest-rank tie set, §4): the ranks whose
 // progress the rest of the group waits for there.
-func leadingRanks(r *frontier.Report, n int) []leadRow {
+func leadingRanks(r *stagefrontier.Report, n int) []leadRow {
 	s := slices.Index(r.Stages, r.Top1)
 	if s < 0 || r.NumSteps == 0 || len(r.Ranks) < 2 {
 		return nil

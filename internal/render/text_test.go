@@ -7,22 +7,26 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/laggard-dev/laggard/internal/frontier"
-	"github.com/laggard-dev/laggard/internal/model"
-	"github.com/laggard-dev/laggard/internal/stagefile"
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/wire/stagefile"
 )
 
-func fixtureReport(t *testing.T) *frontier.Report {
+func fixtureReport(t *testing.T) *stagefrontier.Report {
 	t.Helper()
 	f, err := os.Open("../stagefile/testdata/sync_wait.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var asm *frontier.Assembler
+	var asm *stagefrontier.Assembler
 	if _, err := stagefile.ReadJSONL(f, stagefile.Sink{
-		Job:    func(j *model.Job) error { asm = frontier.NewAssembler(j, frontier.AssembleOptions{}); return nil },
-		Vector: func(v *model.StageVector) error { return asm.Add(v) },
+		Job: func(j *signal.Job) error {
+			asm = stagefrontier.NewAssembler(j, stagefrontier.AssembleOptions{})
+			return nil
+		},
+		Vector: func(v *stagevec.Vector) error { return asm.Add(v) },
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +34,7 @@ func fixtureReport(t *testing.T) *frontier.Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := frontier.Analyze(w, frontier.DefaultConfig())
+	rep, err := stagefrontier.Analyze(w, stagefrontier.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
@@ -19,7 +19,7 @@ const (
 // benchIngest posts b.N pre-encoded batches (distinct steps, so every
 // vector is a new key and encoding is outside the timer) from parallel clients through the full HTTP path into a
 // real store, and reports stored measurements per second.
-func benchIngest(b *testing.B, ctype string, encode func(testing.TB, []model.StageVector) []byte) {
+func benchIngest(b *testing.B, ctype string, encode func(testing.TB, []stagevec.Vector) []byte) {
 	for _, mode := range []struct {
 		name   string
 		noSync bool

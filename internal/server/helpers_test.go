@@ -12,9 +12,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
-	"github.com/laggard-dev/laggard/internal/wire"
+	"github.com/laggard-dev/laggard/internal/wire/laggardv1"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -102,12 +103,12 @@ func mustJSON(t testing.TB, v any) []byte {
 
 const jsonType, protoType = "application/json", "application/x-protobuf"
 
-func testJob(id string, world int) *model.Job {
-	return &model.Job{ID: id, Name: "test", WorldSize: world, Schema: model.DefaultSchema(), Labels: map[string]string{"team": "ml"}}
+func testJob(id string, world int) *signal.Job {
+	return &signal.Job{ID: id, Name: "test", WorldSize: world, Schema: stagevec.DefaultSchema(), Labels: map[string]string{"team": "ml"}}
 }
 
 // register PUTs job and fails unless the status is want.
-func register(t testing.TB, base string, j *model.Job, want int) {
+func register(t testing.TB, base string, j *signal.Job, want int) {
 	t.Helper()
 	if r := do(t, "PUT", base+"/api/v1/jobs/"+j.ID, jsonType, mustJSON(t, j)); r.status != want {
 		t.Fatalf("PUT job: %d %s, want %d", r.status, r.body, want)
@@ -116,8 +117,8 @@ func register(t testing.TB, base string, j *model.Job, want int) {
 
 // vectors builds steps [from, to) for every rank. Rank 1 is late in the
 // data stage, so the frontier routes data.next_wait.
-func vectors(world int, from, to int64) []model.StageVector {
-	var out []model.StageVector
+func vectors(world int, from, to int64) []stagevec.Vector {
+	var out []stagevec.Vector
 	for step := from; step < to; step++ {
 		for r := range world {
 			d := []float64{1, 10, 20, 2, 3, 0.5}
@@ -128,9 +129,9 @@ func vectors(world int, from, to int64) []model.StageVector {
 			for _, x := range d {
 				wall += x
 			}
-			v := model.StageVector{Step: step, Rank: r, Durations: d, WallMS: wall}
+			v := stagevec.Vector{Step: step, Rank: r, Durations: d, WallMS: wall}
 			if step%4 == 0 {
-				v.Probes = map[string]model.Probe{model.ProbeForwardCUDA: {Value: 9, Ready: true}}
+				v.Probes = map[string]stagevec.Probe{stagevec.ProbeForwardCUDA: {Value: 9, Ready: true}}
 			}
 			out = append(out, v)
 		}
@@ -138,13 +139,13 @@ func vectors(world int, from, to int64) []model.StageVector {
 	return out
 }
 
-func jsonBatch(t testing.TB, vs []model.StageVector) []byte {
+func jsonBatch(t testing.TB, vs []stagevec.Vector) []byte {
 	return mustJSON(t, map[string]any{"vectors": vs})
 }
 
-func protoBatch(t testing.TB, vs []model.StageVector) []byte {
+func protoBatch(t testing.TB, vs []stagevec.Vector) []byte {
 	t.Helper()
-	b, err := wire.EncodeProtoBatch(vs)
+	b, err := laggardv1.EncodeProtoBatch(vs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,8 +156,8 @@ func protoBatch(t testing.TB, vs []model.StageVector) []byte {
 // entered and then waits for gate, so tests can hold the writer mid-commit.
 type memStore struct {
 	mu      sync.Mutex
-	jobs    map[string]*model.Job
-	vecs    map[string][]model.StageVector
+	jobs    map[string]*signal.Job
+	vecs    map[string][]stagevec.Vector
 	commits int
 	gate    chan struct{}
 	entered chan struct{}
@@ -164,12 +165,12 @@ type memStore struct {
 }
 
 func newMemStore() *memStore {
-	return &memStore{jobs: map[string]*model.Job{}, vecs: map[string][]model.StageVector{}}
+	return &memStore{jobs: map[string]*signal.Job{}, vecs: map[string][]stagevec.Vector{}}
 }
 
 func (m *memStore) notFound(id string) error { return fmt.Errorf("job %q: %w", id, store.ErrNotFound) }
 
-func (m *memStore) PutJob(j *model.Job) error {
+func (m *memStore) PutJob(j *signal.Job) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := *j
@@ -177,7 +178,7 @@ func (m *memStore) PutJob(j *model.Job) error {
 	return nil
 }
 
-func (m *memStore) Job(id string) (*model.Job, error) {
+func (m *memStore) Job(id string) (*signal.Job, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	j, ok := m.jobs[id]
@@ -188,15 +189,15 @@ func (m *memStore) Job(id string) (*model.Job, error) {
 	return &c, nil
 }
 
-func (m *memStore) Jobs() ([]*model.Job, error) {
+func (m *memStore) Jobs() ([]*signal.Job, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []*model.Job
+	var out []*signal.Job
 	for _, j := range m.jobs {
 		c := *j
 		out = append(out, &c)
 	}
-	slices.SortFunc(out, func(a, b *model.Job) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b *signal.Job) int { return cmpString(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -234,9 +235,9 @@ func (m *memStore) AppendMany(bs []store.Batch) error {
 	return nil
 }
 
-func (m *memStore) sorted(id string) []model.StageVector {
+func (m *memStore) sorted(id string) []stagevec.Vector {
 	vs := slices.Clone(m.vecs[id])
-	slices.SortStableFunc(vs, func(a, b model.StageVector) int {
+	slices.SortStableFunc(vs, func(a, b stagevec.Vector) int {
 		if a.Step != b.Step {
 			return int(a.Step - b.Step)
 		}
@@ -248,7 +249,7 @@ func (m *memStore) sorted(id string) []model.StageVector {
 	return vs
 }
 
-func (m *memStore) Scan(id string, from, to int64, fn func(*model.StageVector) error) error {
+func (m *memStore) Scan(id string, from, to int64, fn func(*stagevec.Vector) error) error {
 	m.mu.Lock()
 	if _, ok := m.jobs[id]; !ok {
 		m.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
@@ -25,11 +25,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v) // a failed write means the client left
 }
 
-// fail writes an API error. A *model.FieldError names its field. Server
+// fail writes an API error. A *signal.FieldError names its field. Server
 // faults are logged at warn; client errors only in the debug access log.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
 	body := errorBody{Error: err.Error()}
-	var fe *model.FieldError
+	var fe *signal.FieldError
 	if errors.As(err, &fe) {
 		body.Field = fe.Field
 	}

@@ -9,26 +9,27 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/laggard-dev/laggard/internal/model"
-	"github.com/laggard-dev/laggard/internal/wire"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/wire/laggardv1"
 )
 
 // decodeStatus maps a wire decoder error to its HTTP status.
 func decodeStatus(err error) int {
-	if errors.Is(err, wire.ErrTooLarge) {
+	if errors.Is(err, laggardv1.ErrTooLarge) {
 		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusBadRequest
 }
 
-type decoder func(io.Reader, *model.Job, int64) ([]model.StageVector, error)
+type decoder func(io.Reader, *signal.Job, int64) ([]stagevec.Vector, error)
 
 // bodyDecoder picks the decoder for the request's Content-Type; an absent
 // type means JSON.
 func bodyDecoder(r *http.Request) (decoder, string, error) {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
-		return wire.DecodeJSONBatch, encodingJSON, nil
+		return laggardv1.DecodeJSONBatch, encodingJSON, nil
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
@@ -38,9 +39,9 @@ func bodyDecoder(r *http.Request) (decoder, string, error) {
 	case "application/json",
 		// curl -d sends this by default; the body is still parsed strictly.
 		"application/x-www-form-urlencoded":
-		return wire.DecodeJSONBatch, encodingJSON, nil
+		return laggardv1.DecodeJSONBatch, encodingJSON, nil
 	case "application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf":
-		return wire.DecodeProtoBatch, encodingProto, nil
+		return laggardv1.DecodeProtoBatch, encodingProto, nil
 	}
 	return nil, "", fmt.Errorf("unsupported Content-Type %q: send application/json or application/x-protobuf", mt)
 }
@@ -72,7 +73,7 @@ func (s *Server) handleIngest(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		s.reject(w, r, http.StatusRequestEntityTooLarge, reasonTooLarge,
-			fmt.Errorf("%w: %d bytes, the limit is %d; send smaller batches", wire.ErrTooLarge, r.ContentLength, s.cfg.MaxBodyBytes))
+			fmt.Errorf("%w: %d bytes, the limit is %d; send smaller batches", laggardv1.ErrTooLarge, r.ContentLength, s.cfg.MaxBodyBytes))
 		return
 	}
 	decode, encoding, err := bodyDecoder(r)
@@ -105,7 +106,7 @@ func (s *Server) handleIngest(w http.ResponseWriter, r *http.Request) {
 	}
 	select {
 	case err := <-p.done:
-		var fe *model.FieldError
+		var fe *signal.FieldError
 		switch {
 		case errors.As(err, &fe): // a value the store cannot represent
 			s.reject(w, r, http.StatusBadRequest, reasonInvalid, err)

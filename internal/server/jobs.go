@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/laggard-dev/laggard/internal/model"
-	"github.com/laggard-dev/laggard/internal/wire"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/wire/laggardv1"
 )
 
 // jobCache keeps decoded jobs in memory: every ingest request needs its
@@ -22,12 +22,12 @@ type jobCache struct {
 	// so two ranks joining at once cannot lose one another.
 	wmu sync.Mutex
 	mu  sync.RWMutex
-	m   map[string]*model.Job
+	m   map[string]*signal.Job
 }
 
-func newJobCache(st Store) *jobCache { return &jobCache{st: st, m: map[string]*model.Job{}} }
+func newJobCache(st Store) *jobCache { return &jobCache{st: st, m: map[string]*signal.Job{}} }
 
-func (c *jobCache) get(id string) (*model.Job, error) {
+func (c *jobCache) get(id string) (*signal.Job, error) {
 	c.mu.RLock()
 	j := c.m[id]
 	c.mu.RUnlock()
@@ -49,7 +49,7 @@ func (c *jobCache) get(id string) (*model.Job, error) {
 }
 
 // put stores j and caches it; callers hold wmu and never modify j later.
-func (c *jobCache) put(j *model.Job) error {
+func (c *jobCache) put(j *signal.Job) error {
 	if err := c.st.PutJob(j); err != nil {
 		return err
 	}
@@ -62,13 +62,13 @@ func (c *jobCache) put(j *model.Job) error {
 // jobView is a job with its stored-vector summary, as GET /api/v1/jobs
 // returns it.
 type jobView struct {
-	*model.Job
+	*signal.Job
 	FirstStep int64 `json:"first_step"`
 	LastStep  int64 `json:"last_step"`
 	Vectors   int64 `json:"vectors"`
 }
 
-func (s *Server) view(j *model.Job) (jobView, error) {
+func (s *Server) view(j *signal.Job) (jobView, error) {
 	st, err := s.st.Stats(j.ID)
 	if err != nil {
 		return jobView{}, err
@@ -114,7 +114,7 @@ func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
 // meaningless.
 func (s *Server) handlePutJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	nj, err := wire.DecodeJob(r.Body, id, s.cfg.MaxBodyBytes)
+	nj, err := laggardv1.DecodeJob(r.Body, id, s.cfg.MaxBodyBytes)
 	if err != nil {
 		s.fail(w, r, decodeStatus(err), err)
 		return
@@ -153,23 +153,23 @@ func (s *Server) handlePutJob(w http.ResponseWriter, r *http.Request) {
 
 // conflict reports a re-registration that changes what stored vectors
 // mean: their length (stages), the rank range or the microstep layout.
-func conflict(old, nj *model.Job) error {
+func conflict(old, nj *signal.Job) error {
 	switch {
 	case old.WorldSize != nj.WorldSize:
-		return &model.FieldError{Field: "world_size", Msg: fmt.Sprintf("job %q is registered with world_size %d, got %d", old.ID, old.WorldSize, nj.WorldSize)}
+		return &signal.FieldError{Field: "world_size", Msg: fmt.Sprintf("job %q is registered with world_size %d, got %d", old.ID, old.WorldSize, nj.WorldSize)}
 	case old.Schema.Version != nj.Schema.Version:
-		return &model.FieldError{Field: "schema.version", Msg: fmt.Sprintf("job %q is registered with schema %q, got %q", old.ID, old.Schema.Version, nj.Schema.Version)}
+		return &signal.FieldError{Field: "schema.version", Msg: fmt.Sprintf("job %q is registered with schema %q, got %q", old.ID, old.Schema.Version, nj.Schema.Version)}
 	case old.Schema.OrderHash() != nj.Schema.OrderHash():
-		return &model.FieldError{Field: "schema.stages", Msg: fmt.Sprintf("job %q is registered with a different ordered stage list %v", old.ID, old.Schema.Stages)}
+		return &signal.FieldError{Field: "schema.stages", Msg: fmt.Sprintf("job %q is registered with a different ordered stage list %v", old.ID, old.Schema.Stages)}
 	case max(old.Accumulation, 1) != max(nj.Accumulation, 1):
-		return &model.FieldError{Field: "accumulation", Msg: fmt.Sprintf("job %q is registered with accumulation %d, got %d", old.ID, old.Accumulation, nj.Accumulation)}
+		return &signal.FieldError{Field: "accumulation", Msg: fmt.Sprintf("job %q is registered with accumulation %d, got %d", old.ID, old.Accumulation, nj.Accumulation)}
 	}
 	return nil
 }
 
 // mergeJob returns old updated by a compatible re-registration: name and
 // labels follow the latest registration, probes and ranks accumulate.
-func mergeJob(old, nj *model.Job) *model.Job {
+func mergeJob(old, nj *signal.Job) *signal.Job {
 	m := cloneJob(old)
 	if nj.Name != "" {
 		m.Name = nj.Name
@@ -186,7 +186,7 @@ func mergeJob(old, nj *model.Job) *model.Job {
 	return m
 }
 
-func cloneJob(j *model.Job) *model.Job {
+func cloneJob(j *signal.Job) *signal.Job {
 	c := *j
 	c.Schema.Stages = slices.Clone(j.Schema.Stages)
 	c.Schema.Probes = slices.Clone(j.Schema.Probes)
@@ -197,11 +197,11 @@ func cloneJob(j *model.Job) *model.Job {
 
 // mergeRanks returns ranks updated by add, sorted by rank id with one entry
 // per rank, so once every rank has joined Ranks[r].Rank == r (the index
-// model.Job documents). ranks is not modified.
-func mergeRanks(ranks, add []model.Rank) []model.Rank {
+// signal.Job documents). ranks is not modified.
+func mergeRanks(ranks, add []signal.Rank) []signal.Rank {
 	out := slices.Clone(ranks)
 	for _, rk := range add {
-		i, found := slices.BinarySearchFunc(out, rk.Rank, func(a model.Rank, r int) int { return a.Rank - r })
+		i, found := slices.BinarySearchFunc(out, rk.Rank, func(a signal.Rank, r int) int { return a.Rank - r })
 		if found {
 			out[i] = rk
 		} else {
@@ -219,7 +219,7 @@ func (s *Server) handleRank(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, status, err)
 		return
 	}
-	rk, err := wire.DecodeRank(r.Body, job, s.cfg.MaxBodyBytes)
+	rk, err := laggardv1.DecodeRank(r.Body, job, s.cfg.MaxBodyBytes)
 	if err != nil {
 		s.fail(w, r, decodeStatus(err), err)
 		return
@@ -231,7 +231,7 @@ func (s *Server) handleRank(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	ranks := mergeRanks(cur.Ranks, []model.Rank{*rk})
+	ranks := mergeRanks(cur.Ranks, []signal.Rank{*rk})
 	if !reflect.DeepEqual(ranks, cur.Ranks) {
 		nj := cloneJob(cur)
 		nj.Ranks = ranks

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
@@ -19,7 +19,7 @@ var (
 type pending struct {
 	job      string
 	encoding string
-	vectors  []model.StageVector
+	vectors  []stagevec.Vector
 	bytes    int64
 	done     chan error // buffered: the writer never blocks on a gone client
 }

@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/laggard-dev/laggard/internal/frontier"
-	"github.com/laggard-dev/laggard/internal/model"
-	"github.com/laggard-dev/laggard/internal/stagefile"
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/wire/stagefile"
 )
 
 // window is a resolved inclusive step range.
@@ -19,12 +19,12 @@ type window struct{ from, to int64 }
 // resolveWindow reads last=N or from=A&to=B. A missing bound of from/to
 // defaults to the job's first or last stored step. ok is false when the
 // job has no vectors in range.
-func (s *Server) resolveWindow(job *model.Job, q url.Values, allowLast bool) (w window, ok bool, err error) {
+func (s *Server) resolveWindow(job *signal.Job, q url.Values, allowLast bool) (w window, ok bool, err error) {
 	_, hasFrom := q["from"]
 	_, hasTo := q["to"]
 	if hasFrom || hasTo {
 		if q.Has("last") {
-			return w, false, &model.FieldError{Field: "last", Msg: "use either last or from/to"}
+			return w, false, &signal.FieldError{Field: "last", Msg: "use either last or from/to"}
 		}
 		st, err := s.st.Stats(job.ID)
 		if err != nil {
@@ -42,7 +42,7 @@ func (s *Server) resolveWindow(job *model.Job, q url.Values, allowLast bool) (w 
 			}
 		}
 		if w.from > w.to && hasFrom && hasTo {
-			return w, false, &model.FieldError{Field: "to", Msg: fmt.Sprintf("%d is before from=%d", w.to, w.from)}
+			return w, false, &signal.FieldError{Field: "to", Msg: fmt.Sprintf("%d is before from=%d", w.to, w.from)}
 		}
 		// Clamp to what is stored: the window (and its cell count) never
 		// covers steps that cannot have data.
@@ -60,7 +60,7 @@ func (s *Server) resolveWindow(job *model.Job, q url.Values, allowLast bool) (w 
 	if v := q.Get("last"); v != "" {
 		x, err := strconv.Atoi(v)
 		if err != nil || x < 1 {
-			return w, false, &model.FieldError{Field: "last", Msg: fmt.Sprintf("must be a positive integer, got %q", v)}
+			return w, false, &signal.FieldError{Field: "last", Msg: fmt.Sprintf("must be a positive integer, got %q", v)}
 		}
 		n = x
 	}
@@ -71,27 +71,27 @@ func (s *Server) resolveWindow(job *model.Job, q url.Values, allowLast bool) (w 
 func stepParam(q url.Values, name string) (int64, error) {
 	v, err := strconv.ParseInt(q.Get(name), 10, 64)
 	if err != nil || v < 0 {
-		return 0, &model.FieldError{Field: name, Msg: fmt.Sprintf("must be a step number >= 0, got %q", q.Get(name))}
+		return 0, &signal.FieldError{Field: name, Msg: fmt.Sprintf("must be a step number >= 0, got %q", q.Get(name))}
 	}
 	return v, nil
 }
 
-// reportConfig is frontier.DefaultConfig with the job's declared
+// reportConfig is stagefrontier.DefaultConfig with the job's declared
 // workload semantics, overridden by query parameters.
-func reportConfig(job *model.Job, q url.Values) (frontier.Config, error) {
-	cfg := frontier.DefaultConfig()
-	cfg.ModelFit = frontier.ModelFitFromJob(job)
+func reportConfig(job *signal.Job, q url.Values) (stagefrontier.Config, error) {
+	cfg := stagefrontier.DefaultConfig()
+	cfg.ModelFit = stagefrontier.ModelFitFromJob(job)
 	if v := q.Get("tau"); v != "" {
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(x > 0 && x <= 1) {
-			return cfg, &model.FieldError{Field: "tau", Msg: fmt.Sprintf("must be in (0, 1], got %q", v)}
+			return cfg, &signal.FieldError{Field: "tau", Msg: fmt.Sprintf("must be in (0, 1], got %q", v)}
 		}
 		cfg.CandidateThreshold = x // StageFrontier §4 routing threshold τ
 	}
 	if v := q.Get("model_fit"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return cfg, &model.FieldError{Field: "model_fit", Msg: fmt.Sprintf("must be true or false, got %q", v)}
+			return cfg, &signal.FieldError{Field: "model_fit", Msg: fmt.Sprintf("must be true or false, got %q", v)}
 		}
 		cfg.ModelFit = b // App. C sync-wait model-fit indicator m
 	}
@@ -101,7 +101,7 @@ func reportConfig(job *model.Job, q url.Values) (frontier.Config, error) {
 // checkCells refuses windows whose dense matrix would be too large to
 // assemble: T steps × R ranks × S effective stages (schema stages ×
 // accumulation factor, StageFrontier §3).
-func (s *Server) checkCells(job *model.Job, w window) error {
+func (s *Server) checkCells(job *signal.Job, w window) error {
 	steps := w.to - w.from + 1
 	perStep := int64(job.WorldSize) * int64(len(job.Schema.Stages)) * int64(max(job.Accumulation, 1))
 	if steps > s.cfg.MaxReportCells/max(perStep, 1) {
@@ -149,8 +149,8 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 
 // analyze streams the window (plus a prefetch lookback) from the store
 // into the assembler and runs the frontier engine.
-func (s *Server) analyze(job *model.Job, win window, cfg frontier.Config) (*frontier.Report, error) {
-	asm := frontier.NewAssembler(job, frontier.AssembleOptions{FromStep: win.from, ToStep: win.to})
+func (s *Server) analyze(job *signal.Job, win window, cfg stagefrontier.Config) (*stagefrontier.Report, error) {
+	asm := stagefrontier.NewAssembler(job, stagefrontier.AssembleOptions{FromStep: win.from, ToStep: win.to})
 	scanFrom := max(0, win.from-int64(s.cfg.PrefetchLookback))
 	if err := s.st.Scan(job.ID, scanFrom, win.to, asm.Add); err != nil {
 		return nil, err
@@ -159,12 +159,12 @@ func (s *Server) analyze(job *model.Job, win window, cfg frontier.Config) (*fron
 	if err != nil {
 		return nil, err
 	}
-	return frontier.Analyze(wnd, cfg)
+	return stagefrontier.Analyze(wnd, cfg)
 }
 
 // setShare publishes the report's frontier shares (§3 eq.2). Old stage
 // series of the job are dropped first so a schema's stages never linger.
-func (s *Server) setShare(jobID string, rep *frontier.Report) {
+func (s *Server) setShare(jobID string, rep *stagefrontier.Report) {
 	s.m.share.DeletePartialMatch(map[string]string{labelJob: jobID})
 	for i, st := range rep.Stages {
 		if i < len(rep.Share) {
@@ -174,7 +174,7 @@ func (s *Server) setShare(jobID string, rep *frontier.Report) {
 }
 
 func paramStatus(err error) int {
-	var fe *model.FieldError
+	var fe *signal.FieldError
 	if errors.As(err, &fe) {
 		return http.StatusBadRequest
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal"
 )
 
 // Config configures a Server. Zero fields take the defaults below.
@@ -234,7 +234,7 @@ func plainIndex(w http.ResponseWriter, r *http.Request) {
 }
 
 // job returns the cached job or an HTTP error status for it.
-func (s *Server) job(id string) (*model.Job, int, error) {
+func (s *Server) job(id string) (*signal.Job, int, error) {
 	j, err := s.jobs.get(id)
 	switch {
 	case err == nil:

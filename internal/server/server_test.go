@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/laggard-dev/laggard/internal/frontier"
-	"github.com/laggard-dev/laggard/internal/model"
-	"github.com/laggard-dev/laggard/internal/stagefile"
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/wire/stagefile"
 )
 
 // metric returns the value of the exposition line that starts with
@@ -33,9 +34,9 @@ func metric(t *testing.T, base, series string) string {
 	return ""
 }
 
-func sameVectors(t *testing.T, got, want []model.StageVector) {
+func sameVectors(t *testing.T, got, want []stagevec.Vector) {
 	t.Helper()
-	norm := func(vs []model.StageVector) string {
+	norm := func(vs []stagevec.Vector) string {
 		vs = slices.Clone(vs)
 		for i := range vs {
 			if len(vs[i].Probes) == 0 {
@@ -49,14 +50,14 @@ func sameVectors(t *testing.T, got, want []model.StageVector) {
 	}
 }
 
-func export(t *testing.T, base, id, query string) (*model.Job, []model.StageVector) {
+func export(t *testing.T, base, id, query string) (*signal.Job, []stagevec.Vector) {
 	t.Helper()
 	r := do(t, "GET", base+"/api/v1/jobs/"+id+"/export"+query, "", nil)
 	if r.status != http.StatusOK || r.header.Get("Content-Type") != "application/x-ndjson" {
 		t.Fatalf("export: %d %s %s", r.status, r.header.Get("Content-Type"), r.body)
 	}
-	var vs []model.StageVector
-	job, err := stagefile.ReadJSONL(bytes.NewReader(r.body), stagefile.Sink{Vector: func(v *model.StageVector) error {
+	var vs []stagevec.Vector
+	job, err := stagefile.ReadJSONL(bytes.NewReader(r.body), stagefile.Sink{Vector: func(v *stagevec.Vector) error {
 		vs = append(vs, *v)
 		return nil
 	}})
@@ -97,7 +98,7 @@ func TestEndToEnd(t *testing.T) {
 
 	var list struct {
 		Jobs []struct {
-			model.Job
+			signal.Job
 			FirstStep int64 `json:"first_step"`
 			LastStep  int64 `json:"last_step"`
 			Vectors   int64 `json:"vectors"`
@@ -127,12 +128,12 @@ func TestEndToEnd(t *testing.T) {
 	sameVectors(t, part, first[40:80])
 
 	res = do(t, "GET", base+"/api/v1/jobs/train-1/report?last=20&tau=0.9", "", nil)
-	var rep frontier.Report
+	var rep stagefrontier.Report
 	if res.status != http.StatusOK || json.Unmarshal(res.body, &rep) != nil {
 		t.Fatalf("report: %d %.300s", res.status, res.body)
 	}
 	if rep.JobID != "train-1" || rep.FirstStep != 80 || rep.LastStep != 99 || rep.NumSteps != 20 || rep.NumRanks != 4 ||
-		rep.Config.CandidateThreshold != 0.9 || rep.Top1 != model.StageData {
+		rep.Config.CandidateThreshold != 0.9 || rep.Top1 != stagevec.StageData {
 		t.Fatalf("report: job=%s steps=%d..%d n=%d ranks=%d tau=%v top1=%s", rep.JobID, rep.FirstStep, rep.LastStep,
 			rep.NumSteps, rep.NumRanks, rep.Config.CandidateThreshold, rep.Top1)
 	}
@@ -221,8 +222,8 @@ func TestRegistration(t *testing.T) {
 	base := ts.URL + "/api/v1/jobs/"
 	register(t, ts.URL, testJob("a", 4), http.StatusCreated)
 
-	other := model.DefaultSchema()
-	other.Stages = []string{"x", model.StageOther}
+	other := stagevec.DefaultSchema()
+	other.Stages = []string{"x", stagevec.StageOther}
 	cases := []struct {
 		name, id string
 		body     []byte
@@ -230,8 +231,8 @@ func TestRegistration(t *testing.T) {
 		field    string
 	}{
 		{"world size conflict", "a", mustJSON(t, testJob("a", 8)), 409, "world_size"},
-		{"schema conflict", "a", mustJSON(t, &model.Job{ID: "a", WorldSize: 4, Schema: other}), 409, "schema.stages"},
-		{"accumulation conflict", "a", mustJSON(t, &model.Job{ID: "a", WorldSize: 4, Schema: model.DefaultSchema(), Accumulation: 4}), 409, "accumulation"},
+		{"schema conflict", "a", mustJSON(t, &signal.Job{ID: "a", WorldSize: 4, Schema: other}), 409, "schema.stages"},
+		{"accumulation conflict", "a", mustJSON(t, &signal.Job{ID: "a", WorldSize: 4, Schema: stagevec.DefaultSchema(), Accumulation: 4}), 409, "accumulation"},
 		{"bad schema", "b", []byte(`{"world_size":2,"schema":{"version":"v","stages":["a","b"]}}`), 400, "schema.stages"},
 		{"id mismatch", "b", mustJSON(t, testJob("a", 4)), 400, "id"},
 		{"invalid id", "-b", []byte(`{"world_size":2}`), 400, "id"},
@@ -253,7 +254,7 @@ func TestRegistration(t *testing.T) {
 	re := testJob("a", 4)
 	re.Name, re.Schema.Probes = "renamed", append(re.Schema.Probes, "extra.probe")
 	r := do(t, "PUT", base+"a", jsonType, mustJSON(t, re))
-	var got model.Job
+	var got signal.Job
 	if r.status != 200 || json.Unmarshal(r.body, &got) != nil || got.Name != "renamed" || !slices.Contains(got.Schema.Probes, "extra.probe") {
 		t.Fatalf("re-registration: %d %s", r.status, r.body)
 	}
@@ -278,8 +279,8 @@ func TestRegistration(t *testing.T) {
 }
 
 func TestMergeRanks(t *testing.T) {
-	in := []model.Rank{{Rank: 1, Host: "a"}, {Rank: 3}}
-	got := mergeRanks(in, []model.Rank{{Rank: 2}, {Rank: 0}, {Rank: 1, Host: "b"}, {Rank: 5}})
+	in := []signal.Rank{{Rank: 1, Host: "a"}, {Rank: 3}}
+	got := mergeRanks(in, []signal.Rank{{Rank: 2}, {Rank: 0}, {Rank: 1, Host: "b"}, {Rank: 5}})
 	want := []int{0, 1, 2, 3, 5}
 	for i, rk := range got {
 		if rk.Rank != want[i] {

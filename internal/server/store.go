@@ -1,7 +1,8 @@
 package server
 
 import (
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
@@ -9,15 +10,15 @@ import (
 // implements it; tests substitute fakes (a blocking writer for
 // backpressure, a failing one for error paths).
 type Store interface {
-	PutJob(*model.Job) error
-	Job(id string) (*model.Job, error)
-	Jobs() ([]*model.Job, error)
+	PutJob(*signal.Job) error
+	Job(id string) (*signal.Job, error)
+	Jobs() ([]*signal.Job, error)
 	// AppendMany stores several batches atomically and durably in one
 	// write; the ingest writer's group commit.
 	AppendMany([]store.Batch) error
 	// Scan calls fn for every stored vector of job with from <= step <= to
 	// in (step, rank, micro) order; v is reused between calls.
-	Scan(job string, from, to int64, fn func(v *model.StageVector) error) error
+	Scan(job string, from, to int64, fn func(v *stagevec.Vector) error) error
 	Stats(job string) (store.JobStats, error)
 	// LastSteps returns the step range covering the job's last n stored
 	// steps; ok is false when the job has no vectors.

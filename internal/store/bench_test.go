@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
 const (
@@ -21,14 +21,14 @@ const (
 // [512·(c%2), 512·(c%2)+512). The second half of every step lands inside
 // the stored [FirstStep, LastStep], so half the calls pay the duplicate
 // check — the realistic worst case for ingest in step order.
-func benchVectors(c int, buf []model.StageVector) []model.StageVector {
+func benchVectors(c int, buf []stagevec.Vector) []stagevec.Vector {
 	buf = buf[:0]
 	step := int64(c / 2)
 	r0 := (c % 2) * benchPerCall
 	for r := r0; r < r0+benchPerCall; r++ {
 		v := mkVec(step, r, 0)
 		if r%64 == 0 { // sampled CUDA probe on a few ranks
-			v.Probes = map[string]model.Probe{model.ProbeForwardCUDA: {Value: 3, Ready: true}}
+			v.Probes = map[string]stagevec.Probe{stagevec.ProbeForwardCUDA: {Value: 3, Ready: true}}
 		}
 		buf = append(buf, v)
 	}
@@ -60,7 +60,7 @@ func BenchmarkAppend(b *testing.B) {
 	// sequential: one caller, one fsync per call — the floor.
 	b.Run("sync/sequential", func(b *testing.B) {
 		s := openBench(b, 1)
-		vs := make([]model.StageVector, 0, benchPerCall)
+		vs := make([]stagevec.Vector, 0, benchPerCall)
 		b.ResetTimer()
 		for c := range b.N {
 			if err := s.Append("job-0", benchVectors(c, vs)); err != nil {
@@ -79,7 +79,7 @@ func BenchmarkAppend(b *testing.B) {
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			job := fmt.Sprintf("job-%d", next.Add(1)-1)
-			vs := make([]model.StageVector, 0, benchPerCall)
+			vs := make([]stagevec.Vector, 0, benchPerCall)
 			c := 0
 			for pb.Next() {
 				if err := s.Append(job, benchVectors(c, vs)); err != nil {
@@ -97,7 +97,7 @@ func BenchmarkAppend(b *testing.B) {
 	b.Run("sync/groupcommit8", func(b *testing.B) {
 		const group = 8
 		s := openBench(b, group)
-		bufs := make([][]model.StageVector, group)
+		bufs := make([][]stagevec.Vector, group)
 		batches := make([]Batch, group)
 		b.ResetTimer()
 		for c := range b.N {
@@ -137,7 +137,7 @@ func buildScanFixture() (string, error) {
 	if err := s.PutJob(testJob("scan")); err != nil {
 		return dir, err
 	}
-	vs := make([]model.StageVector, 0, benchPerCall)
+	vs := make([]stagevec.Vector, 0, benchPerCall)
 	for c := range scanSteps * benchWorld / benchPerCall {
 		if err := s.Append("scan", benchVectors(c, vs)); err != nil {
 			return dir, err
@@ -174,7 +174,7 @@ func BenchmarkScan(b *testing.B) {
 	var n int64
 	for range b.N {
 		var sum float64
-		if err := s.Scan("scan", 0, scanSteps-1, func(v *model.StageVector) error {
+		if err := s.Scan("scan", 0, scanSteps-1, func(v *stagevec.Vector) error {
 			sum += v.Durations[0]
 			n++
 			return nil

@@ -7,14 +7,15 @@ import (
 	"math"
 	"slices"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
 // Value codec for one stage vector. The coordinates live in the key; the
 // stage names live in the job schema, so the value is only numbers:
 //
 //	version      byte (=1)
-//	n            uvarint            number of durations (<= model.MaxStages)
+//	n            uvarint            number of durations (<= signal.MaxStages)
 //	durations    n × float64 LE
 //	wall_ms      float64 LE
 //	data_lead    varint
@@ -42,29 +43,29 @@ var ErrCorrupt = errors.New("corrupt value")
 
 // checkEncodable reports what the codec or the key layout cannot
 // represent, naming the field as the HTTP API does ("rank", "probes").
-func checkEncodable(v *model.StageVector) error {
+func checkEncodable(v *stagevec.Vector) error {
 	switch {
 	case v.Step < 0:
-		return &model.FieldError{Field: "step", Msg: fmt.Sprintf("must be >= 0, got %d", v.Step)}
+		return &signal.FieldError{Field: "step", Msg: fmt.Sprintf("must be >= 0, got %d", v.Step)}
 	case v.Rank < 0 || v.Rank > maxRank:
-		return &model.FieldError{Field: "rank", Msg: fmt.Sprintf("must be in [0, %d], got %d", maxRank, v.Rank)}
+		return &signal.FieldError{Field: "rank", Msg: fmt.Sprintf("must be in [0, %d], got %d", maxRank, v.Rank)}
 	case v.Micro < 0 || v.Micro > maxMicro:
-		return &model.FieldError{Field: "micro", Msg: fmt.Sprintf("must be in [0, %d], got %d", maxMicro, v.Micro)}
-	case len(v.Durations) > model.MaxStages:
-		return &model.FieldError{Field: "durations_ms", Msg: fmt.Sprintf("at most %d values, got %d", model.MaxStages, len(v.Durations))}
+		return &signal.FieldError{Field: "micro", Msg: fmt.Sprintf("must be in [0, %d], got %d", maxMicro, v.Micro)}
+	case len(v.Durations) > signal.MaxStages:
+		return &signal.FieldError{Field: "durations_ms", Msg: fmt.Sprintf("at most %d values, got %d", signal.MaxStages, len(v.Durations))}
 	case len(v.Probes) > maxProbes:
-		return &model.FieldError{Field: "probes", Msg: fmt.Sprintf("at most %d probes, got %d", maxProbes, len(v.Probes))}
+		return &signal.FieldError{Field: "probes", Msg: fmt.Sprintf("at most %d probes, got %d", maxProbes, len(v.Probes))}
 	}
 	for name := range v.Probes {
 		if name == "" || len(name) > maxProbeName {
-			return &model.FieldError{Field: "probes", Msg: fmt.Sprintf("probe name %q must be 1..%d bytes", name, maxProbeName)}
+			return &signal.FieldError{Field: "probes", Msg: fmt.Sprintf("probe name %q must be 1..%d bytes", name, maxProbeName)}
 		}
 	}
 	return nil
 }
 
 // appendValue encodes v (already checked by checkEncodable) onto dst.
-func appendValue(dst []byte, v *model.StageVector) []byte {
+func appendValue(dst []byte, v *stagevec.Vector) []byte {
 	dst = append(dst, valueVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(v.Durations)))
 	for _, d := range v.Durations {
@@ -78,7 +79,7 @@ func appendValue(dst []byte, v *model.StageVector) []byte {
 	if len(v.Probes) == 0 {
 		return dst
 	}
-	appendProbe := func(name string, p model.Probe) {
+	appendProbe := func(name string, p stagevec.Probe) {
 		dst = binary.AppendUvarint(dst, uint64(len(name)))
 		dst = append(dst, name...)
 		ready := byte(0)
@@ -110,21 +111,21 @@ func appendValue(dst []byte, v *model.StageVector) []byte {
 // map and interned probe names across calls so steady-state decoding does
 // not allocate. The zero value is ready to use; not safe for concurrent use.
 type valueDecoder struct {
-	probes map[string]model.Probe
+	probes map[string]stagevec.Probe
 	names  []string
 }
 
 // decode fills v's payload fields (not Step/Rank/Micro) from b, reusing
 // v.Durations' backing array. It never panics; on malformed input it
 // returns an error wrapping ErrCorrupt and v's contents are unspecified.
-func (d *valueDecoder) decode(b []byte, v *model.StageVector) error {
+func (d *valueDecoder) decode(b []byte, v *stagevec.Vector) error {
 	r := reader{b: b}
 	if ver := r.byte(); r.err == nil && ver != valueVersion {
 		return fmt.Errorf("%w: unknown version %d", ErrCorrupt, ver)
 	}
 	n := r.uvarint("durations count")
-	if r.err == nil && n > model.MaxStages {
-		return fmt.Errorf("%w: %d durations exceeds %d", ErrCorrupt, n, model.MaxStages)
+	if r.err == nil && n > signal.MaxStages {
+		return fmt.Errorf("%w: %d durations exceeds %d", ErrCorrupt, n, signal.MaxStages)
 	}
 	if r.err == nil && uint64(len(r.b)) < n*8 {
 		return fmt.Errorf("%w: durations truncated", ErrCorrupt)
@@ -151,7 +152,7 @@ func (d *valueDecoder) decode(b []byte, v *model.StageVector) error {
 		v.Probes = nil
 	} else {
 		if d.probes == nil {
-			d.probes = make(map[string]model.Probe, np)
+			d.probes = make(map[string]stagevec.Probe, np)
 		}
 		clear(d.probes)
 		for range np {
@@ -171,7 +172,7 @@ func (d *valueDecoder) decode(b []byte, v *model.StageVector) error {
 			if _, dup := d.probes[name]; dup {
 				return fmt.Errorf("%w: probe %q appears twice", ErrCorrupt, name)
 			}
-			d.probes[name] = model.Probe{Value: val, Ready: ready == 1}
+			d.probes[name] = stagevec.Probe{Value: val, Ready: ready == 1}
 		}
 		v.Probes = d.probes
 	}

@@ -6,23 +6,24 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
 func TestValueRoundTrip(t *testing.T) {
 	tests := []struct {
 		name string
-		v    model.StageVector
+		v    stagevec.Vector
 	}{
-		{"empty", model.StageVector{}},
+		{"empty", stagevec.Vector{}},
 		{"six stages", mkVec(7, 3, 1)},
-		{"residual omitted", model.StageVector{Durations: []float64{1, 2, 3, 4, 5}, WallMS: 16}},
-		{"counters", model.StageVector{Durations: []float64{0}, DataLead: 3, Dropped: 1 << 40, Nested: 2}},
-		{"negative counters survive", model.StageVector{DataLead: -1, Dropped: -5, Nested: -7}},
-		{"specials", model.StageVector{Durations: []float64{math.Inf(1), math.Copysign(0, -1), math.SmallestNonzeroFloat64, math.MaxFloat64}, WallMS: math.Inf(-1)}},
-		{"one probe", model.StageVector{Durations: []float64{1}, Probes: map[string]model.Probe{model.ProbeForwardCUDA: {Value: 12.5, Ready: true}}}},
-		{"many probes", model.StageVector{Probes: map[string]model.Probe{"b": {Value: 1}, "a": {Value: 2, Ready: true}, "c": {}}}},
-		{"max stages", model.StageVector{Durations: make([]float64, model.MaxStages)}},
+		{"residual omitted", stagevec.Vector{Durations: []float64{1, 2, 3, 4, 5}, WallMS: 16}},
+		{"counters", stagevec.Vector{Durations: []float64{0}, DataLead: 3, Dropped: 1 << 40, Nested: 2}},
+		{"negative counters survive", stagevec.Vector{DataLead: -1, Dropped: -5, Nested: -7}},
+		{"specials", stagevec.Vector{Durations: []float64{math.Inf(1), math.Copysign(0, -1), math.SmallestNonzeroFloat64, math.MaxFloat64}, WallMS: math.Inf(-1)}},
+		{"one probe", stagevec.Vector{Durations: []float64{1}, Probes: map[string]stagevec.Probe{stagevec.ProbeForwardCUDA: {Value: 12.5, Ready: true}}}},
+		{"many probes", stagevec.Vector{Probes: map[string]stagevec.Probe{"b": {Value: 1}, "a": {Value: 2, Ready: true}, "c": {}}}},
+		{"max stages", stagevec.Vector{Durations: make([]float64, signal.MaxStages)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -31,7 +32,7 @@ func TestValueRoundTrip(t *testing.T) {
 			}
 			b := appendValue(nil, &tc.v)
 			var d valueDecoder
-			got := model.StageVector{Durations: []float64{99, 99, 99, 99, 99, 99, 99, 99}} // stale contents must not leak
+			got := stagevec.Vector{Durations: []float64{99, 99, 99, 99, 99, 99, 99, 99}} // stale contents must not leak
 			if err := d.decode(b, &got); err != nil {
 				t.Fatalf("decode: %v", err)
 			}
@@ -53,8 +54,8 @@ func TestValueRoundTrip(t *testing.T) {
 
 func TestValueNaNBitExact(t *testing.T) {
 	nan := math.Float64frombits(0x7ff8_0000_dead_beef)
-	v := model.StageVector{Durations: []float64{nan}, WallMS: nan}
-	var got model.StageVector
+	v := stagevec.Vector{Durations: []float64{nan}, WallMS: nan}
+	var got stagevec.Vector
 	var d valueDecoder
 	if err := d.decode(appendValue(nil, &v), &got); err != nil {
 		t.Fatal(err)
@@ -67,12 +68,12 @@ func TestValueNaNBitExact(t *testing.T) {
 // Every strict prefix of a valid value is truncated and must be rejected.
 func TestValueTruncated(t *testing.T) {
 	v := mkVec(1, 2, 0)
-	v.Probes = map[string]model.Probe{"p": {Value: 1, Ready: true}}
+	v.Probes = map[string]stagevec.Probe{"p": {Value: 1, Ready: true}}
 	v.Dropped = 300
 	b := appendValue(nil, &v)
 	var d valueDecoder
 	for n := 0; n < len(b); n++ {
-		var got model.StageVector
+		var got stagevec.Vector
 		if err := d.decode(b[:n], &got); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("prefix of %d/%d bytes: err = %v, want ErrCorrupt", n, len(b), err)
 		}
@@ -80,7 +81,7 @@ func TestValueTruncated(t *testing.T) {
 }
 
 func TestValueCorrupt(t *testing.T) {
-	valid := appendValue(nil, &model.StageVector{Durations: []float64{1}})
+	valid := appendValue(nil, &stagevec.Vector{Durations: []float64{1}})
 	tests := []struct {
 		name string
 		b    []byte
@@ -102,7 +103,7 @@ func TestValueCorrupt(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var d valueDecoder
-			var v model.StageVector
+			var v stagevec.Vector
 			if err := d.decode(tc.b, &v); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("err = %v, want ErrCorrupt", err)
 			}
@@ -113,19 +114,19 @@ func TestValueCorrupt(t *testing.T) {
 func TestCheckEncodable(t *testing.T) {
 	tests := []struct {
 		name  string
-		v     model.StageVector
+		v     stagevec.Vector
 		field string
 	}{
-		{"negative step", model.StageVector{Step: -1}, "step"},
-		{"negative rank", model.StageVector{Rank: -1}, "rank"},
-		{"rank too large", model.StageVector{Rank: maxRank + 1}, "rank"},
-		{"micro too large", model.StageVector{Micro: maxMicro + 1}, "micro"},
-		{"too many stages", model.StageVector{Durations: make([]float64, model.MaxStages+1)}, "durations_ms"},
-		{"empty probe name", model.StageVector{Probes: map[string]model.Probe{"": {}}}, "probes"},
+		{"negative step", stagevec.Vector{Step: -1}, "step"},
+		{"negative rank", stagevec.Vector{Rank: -1}, "rank"},
+		{"rank too large", stagevec.Vector{Rank: maxRank + 1}, "rank"},
+		{"micro too large", stagevec.Vector{Micro: maxMicro + 1}, "micro"},
+		{"too many stages", stagevec.Vector{Durations: make([]float64, signal.MaxStages+1)}, "durations_ms"},
+		{"empty probe name", stagevec.Vector{Probes: map[string]stagevec.Probe{"": {}}}, "probes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var fe *model.FieldError
+			var fe *signal.FieldError
 			if err := checkEncodable(&tc.v); !errors.As(err, &fe) || fe.Field != tc.field {
 				t.Fatalf("err = %v, want FieldError on %q", err, tc.field)
 			}
@@ -135,10 +136,10 @@ func TestCheckEncodable(t *testing.T) {
 
 func TestDecodeReusesNoAlloc(t *testing.T) {
 	v := mkVec(1, 2, 0)
-	v.Probes = map[string]model.Probe{model.ProbeForwardCUDA: {Value: 1, Ready: true}}
+	v.Probes = map[string]stagevec.Probe{stagevec.ProbeForwardCUDA: {Value: 1, Ready: true}}
 	b := appendValue(nil, &v)
 	var d valueDecoder
-	var got model.StageVector
+	var got stagevec.Vector
 	allocs := testing.AllocsPerRun(100, func() {
 		if err := d.decode(b, &got); err != nil {
 			t.Fatal(err)
@@ -149,11 +150,11 @@ func TestDecodeReusesNoAlloc(t *testing.T) {
 	}
 }
 
-func cloneProbes(m map[string]model.Probe) map[string]model.Probe {
+func cloneProbes(m map[string]stagevec.Probe) map[string]stagevec.Probe {
 	if m == nil {
 		return nil
 	}
-	c := make(map[string]model.Probe, len(m))
+	c := make(map[string]stagevec.Probe, len(m))
 	for k, v := range m {
 		c[k] = v
 	}

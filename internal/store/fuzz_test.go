@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
 // Stored values are outside input after a crash or disk fault: decode must
@@ -14,14 +14,14 @@ import (
 func FuzzDecodeValue(f *testing.F) {
 	v := mkVec(3, 4, 1)
 	f.Add(appendValue(nil, &v))
-	v.Probes = map[string]model.Probe{model.ProbeForwardCUDA: {Value: 2, Ready: true}, "x": {}}
+	v.Probes = map[string]stagevec.Probe{stagevec.ProbeForwardCUDA: {Value: 2, Ready: true}, "x": {}}
 	v.DataLead, v.Dropped, v.Nested = 2, 9, 1
 	f.Add(appendValue(nil, &v))
 	f.Add([]byte{})
 	f.Add([]byte{1, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var d valueDecoder
-		var got model.StageVector
+		var got stagevec.Vector
 		err := d.decode(b, &got)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
@@ -32,7 +32,7 @@ func FuzzDecodeValue(f *testing.F) {
 		if err := checkEncodable(&got); err != nil {
 			t.Fatalf("decoded a vector the encoder rejects: %v", err)
 		}
-		var again model.StageVector
+		var again stagevec.Vector
 		var d2 valueDecoder
 		if err := d2.decode(appendValue(nil, &got), &again); err != nil {
 			t.Fatalf("re-encoded value does not decode: %v", err)
@@ -44,7 +44,7 @@ func FuzzDecodeValue(f *testing.F) {
 }
 
 // sameVector compares bit-exactly, so NaNs compare equal to themselves.
-func sameVector(a, b *model.StageVector) bool {
+func sameVector(a, b *stagevec.Vector) bool {
 	if len(a.Durations) != len(b.Durations) || math.Float64bits(a.WallMS) != math.Float64bits(b.WallMS) ||
 		a.DataLead != b.DataLead || a.Dropped != b.Dropped || a.Nested != b.Nested || len(a.Probes) != len(b.Probes) {
 		return false

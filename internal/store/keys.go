@@ -21,7 +21,7 @@ const (
 )
 
 // checkJobID rejects ids that would break the key layout. Full validation
-// (model.Job.Validate) is the caller's business; the store only needs the
+// (signal.Job.Validate) is the caller's business; the store only needs the
 // id to be non-empty and free of the \x00 separator.
 func checkJobID(id string) error {
 	if id == "" {

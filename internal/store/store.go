@@ -12,7 +12,7 @@ import (
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal"
 )
 
 // ErrNotFound is returned (wrapped, with the job id) for an unknown job.
@@ -143,7 +143,7 @@ func Open(dir string, opt Options) (*Store, error) {
 // load reads every j/ and s/ key. Both ranges hold one key per job.
 func (s *Store) load() error {
 	if err := s.scanPrefix(prefixJob, func(id string, v []byte) error {
-		var j model.Job
+		var j signal.Job
 		if err := json.Unmarshal(v, &j); err != nil {
 			return fmt.Errorf("store: key %s: %w: %v", keyString(jobKey(id)), ErrCorrupt, err)
 		}
@@ -212,8 +212,8 @@ func notFound(id string) error { return fmt.Errorf("store: job %q: %w", id, ErrN
 
 // PutJob creates or replaces job j (ranks joining re-put it). The store
 // does not validate the job beyond what the key layout needs; callers run
-// model.Job.Validate.
-func (s *Store) PutJob(j *model.Job) error {
+// signal.Job.Validate.
+func (s *Store) PutJob(j *signal.Job) error {
 	if err := checkJobID(j.ID); err != nil {
 		return err
 	}
@@ -243,7 +243,7 @@ func (s *Store) PutJob(j *model.Job) error {
 }
 
 // Job returns a fresh copy of job id, or an error wrapping ErrNotFound.
-func (s *Store) Job(id string) (*model.Job, error) {
+func (s *Store) Job(id string) (*signal.Job, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -258,7 +258,7 @@ func (s *Store) Job(id string) (*model.Job, error) {
 }
 
 // Jobs returns fresh copies of all jobs sorted by id.
-func (s *Store) Jobs() ([]*model.Job, error) {
+func (s *Store) Jobs() ([]*signal.Job, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -272,7 +272,7 @@ func (s *Store) Jobs() ([]*model.Job, error) {
 	}
 	s.mu.RUnlock()
 	slices.Sort(ids)
-	out := make([]*model.Job, 0, len(ids))
+	out := make([]*signal.Job, 0, len(ids))
 	for _, id := range ids {
 		j, err := decodeJob(id, raw[id])
 		if err != nil {
@@ -283,8 +283,8 @@ func (s *Store) Jobs() ([]*model.Job, error) {
 	return out, nil
 }
 
-func decodeJob(id string, b []byte) (*model.Job, error) {
-	var j model.Job
+func decodeJob(id string, b []byte) (*signal.Job, error) {
+	var j signal.Job
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, fmt.Errorf("store: key %s: %w: %v", keyString(jobKey(id)), ErrCorrupt, err)
 	}

@@ -10,7 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
 func TestJobsRoundTrip(t *testing.T) {
@@ -22,7 +23,7 @@ func TestJobsRoundTrip(t *testing.T) {
 	}
 	// Replace: a rank joining.
 	j := testJob("alpha")
-	j.Ranks = []model.Rank{{Rank: 0, Host: "h0", Role: model.Role{DP: 0, TP: 1}}}
+	j.Ranks = []signal.Rank{{Rank: 0, Host: "h0", Role: signal.Role{DP: 0, TP: 1}}}
 	if err := s.PutJob(j); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestJobsRoundTrip(t *testing.T) {
 func TestPutJobRejectsBadID(t *testing.T) {
 	s := openTest(t, t.TempDir())
 	for _, id := range []string{"", "a\x00b"} {
-		if err := s.PutJob(&model.Job{ID: id}); err == nil {
+		if err := s.PutJob(&signal.Job{ID: id}); err == nil {
 			t.Errorf("PutJob(%q) succeeded", id)
 		}
 	}
@@ -68,7 +69,7 @@ func TestVectorsRoundTrip(t *testing.T) {
 	if err := s.PutJob(testJob("j")); err != nil {
 		t.Fatal(err)
 	}
-	var in []model.StageVector
+	var in []stagevec.Vector
 	for step := int64(5); step >= 0; step-- { // deliberately unsorted
 		for rank := 3; rank >= 0; rank-- {
 			for micro := range 2 {
@@ -76,7 +77,7 @@ func TestVectorsRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	in[0].Probes = map[string]model.Probe{model.ProbeForwardCUDA: {Value: 3.5, Ready: true}}
+	in[0].Probes = map[string]stagevec.Probe{stagevec.ProbeForwardCUDA: {Value: 3.5, Ready: true}}
 	in[1].Durations = in[1].Durations[:5] // residual omitted
 	in[2].DataLead, in[2].Dropped, in[2].Nested = 2, 7, 1
 	if err := s.Append("j", in); err != nil {
@@ -86,7 +87,7 @@ func TestVectorsRoundTrip(t *testing.T) {
 	if len(got) != len(in) {
 		t.Fatalf("scanned %d vectors, want %d", len(got), len(in))
 	}
-	byKey := map[[3]int64]model.StageVector{}
+	byKey := map[[3]int64]stagevec.Vector{}
 	for _, v := range in {
 		byKey[[3]int64{v.Step, int64(v.Rank), int64(v.Micro)}] = v
 	}
@@ -114,7 +115,7 @@ func TestDuplicatesLatestWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := mkVec(10, 1, 0)
-	if err := s.Append("j", []model.StageVector{first, mkVec(11, 1, 0)}); err != nil {
+	if err := s.Append("j", []stagevec.Vector{first, mkVec(11, 1, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	second := first
@@ -123,14 +124,14 @@ func TestDuplicatesLatestWins(t *testing.T) {
 	third.WallMS = 2
 	// Within one call the later element wins; a late vector at step 9
 	// (below FirstStep) is new.
-	if err := s.Append("j", []model.StageVector{second, mkVec(9, 0, 0), third}); err != nil {
+	if err := s.Append("j", []stagevec.Vector{second, mkVec(9, 0, 0), third}); err != nil {
 		t.Fatal(err)
 	}
 	// AppendMany repeating the job: the later batch wins, counted once.
 	fourth := first
 	fourth.WallMS = 4
 	late := mkVec(10, 5, 0)
-	if err := s.AppendMany([]Batch{{"j", []model.StageVector{late, third}}, {"j", []model.StageVector{fourth, late}}}); err != nil {
+	if err := s.AppendMany([]Batch{{"j", []stagevec.Vector{late, third}}, {"j", []stagevec.Vector{fourth, late}}}); err != nil {
 		t.Fatal(err)
 	}
 	got := collect(t, s, "j", 10, 10)
@@ -155,7 +156,7 @@ func TestRestartDurability(t *testing.T) {
 	for step := int64(0); step < 20; step++ {
 		var batches []Batch
 		for _, id := range jobs {
-			var vs []model.StageVector
+			var vs []stagevec.Vector
 			for rank := range 16 {
 				vs = append(vs, mkVec(step, rank, 0))
 			}
@@ -197,7 +198,7 @@ func TestRestartDurability(t *testing.T) {
 		t.Fatal("vectors differ after reopen")
 	}
 	// Stats keep counting correctly after a restart: a duplicate is not new.
-	if err := s.Append("a", []model.StageVector{mkVec(19, 0, 0), mkVec(20, 0, 0)}); err != nil {
+	if err := s.Append("a", []stagevec.Vector{mkVec(19, 0, 0), mkVec(20, 0, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := s.Stats("a"); st.Vectors != int64(want["a"]+1) || st.LastStep != 20 {
@@ -215,7 +216,7 @@ func TestScanBounds(t *testing.T) {
 	}
 	steps := []int64{0, 1, 2, 5, 6, 10, 1 << 40}
 	for _, id := range []string{"j", "j1", "i"} {
-		var vs []model.StageVector
+		var vs []stagevec.Vector
 		for _, st := range steps {
 			vs = append(vs, mkVec(st, 0, 0), mkVec(st, 1023, 1))
 		}
@@ -257,7 +258,7 @@ func TestScanBounds(t *testing.T) {
 	t.Run("fn error stops the scan", func(t *testing.T) {
 		stop := errors.New("stop")
 		n := 0
-		err := s.Scan("j", 0, math.MaxInt64, func(*model.StageVector) error { n++; return stop })
+		err := s.Scan("j", 0, math.MaxInt64, func(*stagevec.Vector) error { n++; return stop })
 		if err != stop || n != 1 {
 			t.Fatalf("err = %v after %d calls, want the callback's error after 1", err, n)
 		}
@@ -271,14 +272,14 @@ func TestLastSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var vs []model.StageVector
+	var vs []stagevec.Vector
 	for _, st := range []int64{3, 4, 7, 8, 9, 20} {
 		vs = append(vs, mkVec(st, 0, 0), mkVec(st, 5, 1))
 	}
 	if err := s.Append("j", vs); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append("j2", []model.StageVector{mkVec(100, 0, 0)}); err != nil {
+	if err := s.Append("j2", []stagevec.Vector{mkVec(100, 0, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -309,9 +310,9 @@ func TestNotFound(t *testing.T) {
 	checks := map[string]error{}
 	_, checks["Job"] = s.Job("nope")
 	_, checks["Stats"] = s.Stats("nope")
-	checks["Append"] = s.Append("nope", []model.StageVector{mkVec(0, 0, 0)})
+	checks["Append"] = s.Append("nope", []stagevec.Vector{mkVec(0, 0, 0)})
 	checks["AppendMany"] = s.AppendMany([]Batch{{"nope", nil}})
-	checks["Scan"] = s.Scan("nope", 0, 10, func(*model.StageVector) error { return nil })
+	checks["Scan"] = s.Scan("nope", 0, 10, func(*stagevec.Vector) error { return nil })
 	_, _, _, checks["LastSteps"] = s.LastSteps("nope", 3)
 	for name, err := range checks {
 		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `"nope"`) {
@@ -329,12 +330,12 @@ func TestAppendRejectsAtomically(t *testing.T) {
 	}
 	bad := mkVec(1, 0, 0)
 	bad.Micro = 1 << 16
-	err := s.AppendMany([]Batch{{"a", []model.StageVector{mkVec(0, 0, 0)}}, {"b", []model.StageVector{mkVec(0, 0, 0), bad}}})
-	var fe *model.FieldError
+	err := s.AppendMany([]Batch{{"a", []stagevec.Vector{mkVec(0, 0, 0)}}, {"b", []stagevec.Vector{mkVec(0, 0, 0), bad}}})
+	var fe *signal.FieldError
 	if !errors.As(err, &fe) || fe.Field != "vectors[1].micro" {
 		t.Fatalf("err = %v, want FieldError on vectors[1].micro", err)
 	}
-	err = s.AppendMany([]Batch{{"a", []model.StageVector{mkVec(0, 0, 0)}}, {"missing", nil}})
+	err = s.AppendMany([]Batch{{"a", []stagevec.Vector{mkVec(0, 0, 0)}}, {"missing", nil}})
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("err = %v, want ErrNotFound", err)
 	}
@@ -354,14 +355,14 @@ func TestCorruptValue(t *testing.T) {
 	if err := s.PutJob(testJob("j")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Append("j", []model.StageVector{mkVec(1, 0, 0), mkVec(2, 0, 0)}); err != nil {
+	if err := s.Append("j", []stagevec.Vector{mkVec(1, 0, 0), mkVec(2, 0, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.db.Set(vecKey("j", 2, 7, 1), []byte{1, 3, 0, 0}, nil); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	err := s.Scan("j", 0, 10, func(*model.StageVector) error { n++; return nil })
+	err := s.Scan("j", 0, 10, func(*stagevec.Vector) error { n++; return nil })
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "v/j[step=2 rank=7 micro=1]") {
 		t.Fatalf("err = %v, want ErrCorrupt naming v/j[step=2 rank=7 micro=1]", err)
 	}
@@ -415,7 +416,7 @@ func TestConcurrentAppend(t *testing.T) {
 		writersWG.Go(func() {
 			job := []string{"a", "b"}[w%2]
 			for step := range int64(steps) {
-				var vs []model.StageVector
+				var vs []stagevec.Vector
 				for r := range ranksPer {
 					vs = append(vs, mkVec(step, (w/2)*ranksPer+r, 0))
 				}
@@ -448,7 +449,7 @@ func TestConcurrentAppend(t *testing.T) {
 					errs <- err
 					return
 				}
-				if err := s.Scan("a", 0, steps, func(v *model.StageVector) error {
+				if err := s.Scan("a", 0, steps, func(v *stagevec.Vector) error {
 					if v.WallMS != mkVec(v.Step, v.Rank, v.Micro).WallMS {
 						return fmt.Errorf("vector %d/%d has wall %v", v.Step, v.Rank, v.WallMS)
 					}
@@ -501,7 +502,7 @@ func TestStatsMatchModel(t *testing.T) {
 		var batches []Batch
 		for range 1 + rng.IntN(3) {
 			job := []string{"a", "b"}[rng.IntN(2)]
-			var vs []model.StageVector
+			var vs []stagevec.Vector
 			for range 1 + rng.IntN(40) {
 				step := head - int64(rng.IntN(8)) // mostly recent
 				if rng.IntN(10) == 0 {

@@ -9,13 +9,14 @@ import (
 
 	"github.com/cockroachdb/pebble"
 
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
 // Batch is one job's vectors for AppendMany.
 type Batch struct {
 	JobID   string
-	Vectors []model.StageVector
+	Vectors []stagevec.Vector
 }
 
 // Append stores vs for jobID in one atomic, fsync'd write: when it returns
@@ -23,10 +24,10 @@ type Batch struct {
 // (step, rank, micro) is already stored replaces it (latest wins; within
 // one call the later element wins). The job must have been put first
 // (ErrNotFound otherwise). Vectors are not checked against the job
-// schema — callers run model.StageVector.Validate — only for what the key
-// layout and codec can represent, reported as a *model.FieldError naming
+// schema — callers run stagevec.Vector.Validate — only for what the key
+// layout and codec can represent, reported as a *signal.FieldError naming
 // "vectors[i].<field>".
-func (s *Store) Append(jobID string, vs []model.StageVector) error {
+func (s *Store) Append(jobID string, vs []stagevec.Vector) error {
 	return s.AppendMany([]Batch{{JobID: jobID, Vectors: vs}})
 }
 
@@ -248,7 +249,7 @@ func (e *encoded) has(key []byte) bool {
 	return ok
 }
 
-func (e *encoded) encode(job string, vs []model.StageVector) error {
+func (e *encoded) encode(job string, vs []stagevec.Vector) error {
 	if len(vs) > math.MaxInt32/2 {
 		return fmt.Errorf("too many vectors (%d)", len(vs))
 	}
@@ -260,8 +261,8 @@ func (e *encoded) encode(job string, vs []model.StageVector) error {
 	for i := range vs {
 		v := &vs[i]
 		if err := checkEncodable(v); err != nil {
-			fe := err.(*model.FieldError)
-			return &model.FieldError{Field: fmt.Sprintf("vectors[%d].%s", i, fe.Field), Msg: fe.Msg}
+			fe := err.(*signal.FieldError)
+			return &signal.FieldError{Field: fmt.Sprintf("vectors[%d].%s", i, fe.Field), Msg: fe.Msg}
 		}
 		e.keys = appendVecSuffix(append(e.keys, prefix...), v.Step, v.Rank, v.Micro)
 		e.vals = appendValue(e.vals, v)
@@ -299,7 +300,7 @@ func (e *encoded) encode(job string, vs []model.StageVector) error {
 // fn must copy what it keeps beyond the call (see CloneVector). A value
 // that cannot be decoded stops the scan with an error wrapping ErrCorrupt
 // that names the key.
-func (s *Store) Scan(jobID string, fromStep, toStep int64, fn func(v *model.StageVector) error) error {
+func (s *Store) Scan(jobID string, fromStep, toStep int64, fn func(v *stagevec.Vector) error) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -322,7 +323,7 @@ func (s *Store) Scan(jobID string, fromStep, toStep int64, fn func(v *model.Stag
 	}
 	var (
 		dec valueDecoder
-		v   model.StageVector
+		v   stagevec.Vector
 	)
 	for it.First(); it.Valid(); it.Next() {
 		key := it.Key()
@@ -353,11 +354,11 @@ func (s *Store) Scan(jobID string, fromStep, toStep int64, fn func(v *model.Stag
 
 // CloneVector returns a deep copy of v, for Scan callbacks that keep
 // vectors.
-func CloneVector(v *model.StageVector) model.StageVector {
+func CloneVector(v *stagevec.Vector) stagevec.Vector {
 	c := *v
 	c.Durations = slices.Clone(v.Durations)
 	if v.Probes != nil {
-		c.Probes = make(map[string]model.Probe, len(v.Probes))
+		c.Probes = make(map[string]stagevec.Probe, len(v.Probes))
 		for k, p := range v.Probes {
 			c.Probes[k] = p
 		}

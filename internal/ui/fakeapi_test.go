@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/laggard-dev/laggard/internal/frontier"
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
 var serveAddr = flag.String("serve", "", "TestServeFixture: serve the UI and a fake API on this address (e.g. :8099) until killed")
@@ -32,12 +32,12 @@ func fakeAPI(t testing.TB, live bool) http.Handler {
 	edge := jobs[0]
 	edge.ID, edge.Name = "edge-case", "degraded report"
 	jobs = append(jobs, edge)
-	var edgeRep frontier.Report
+	var edgeRep stagefrontier.Report
 	if err := json.Unmarshal(fixture, &edgeRep); err != nil {
 		t.Fatal(err)
 	}
 	edgeRep.JobID, edgeRep.RawOnly, edgeRep.Share, edgeRep.LeaderRank = "edge-case", true, nil, -1
-	edgeRep.CoCriticalStages = []string{model.StageData, model.StageBackward}
+	edgeRep.CoCriticalStages = []string{stagevec.StageData, stagevec.StageBackward}
 	edgeRep.Labels, edgeRep.Contract = nil, nil
 	edgeRep.Quality.MissingRanks, edgeRep.Quality.MaxClosureShare = []int{5}, 0.31
 	sims := map[string]sim{}

@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/laggard-dev/laggard/internal/frontier"
-	"github.com/laggard-dev/laggard/internal/model"
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
 // The fixtures in testdata/ are produced by simJob/simReport below, a small
@@ -30,7 +31,7 @@ var update = flag.Bool("update", false, "rewrite testdata/ fixtures")
 // sim describes one simulated job: ranksPerHost ranks per host, and a data
 // straggler that spikes data.next_wait on straggler's steps.
 type sim struct {
-	job          model.Job
+	job          signal.Job
 	ranksPerHost int
 	straggler    int
 	seed         uint64
@@ -39,7 +40,7 @@ type sim struct {
 func demoSim(world int) sim {
 	id := fmt.Sprintf("llama3-8b-ddp-%d", world)
 	name := fmt.Sprintf("llama3 8B pretrain, DDP ×%d", world)
-	j := model.Job{ID: id, Name: name, WorldSize: world, Schema: model.DefaultSchema(),
+	j := signal.Job{ID: id, Name: name, WorldSize: world, Schema: stagevec.DefaultSchema(),
 		Labels:  map[string]string{"team": "pretrain", "cluster": "h100-east"},
 		Created: time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)}
 	rph := 4
@@ -47,8 +48,8 @@ func demoSim(world int) sim {
 		rph = 8
 	}
 	for r := range world {
-		j.Ranks = append(j.Ranks, model.Rank{Rank: r, Host: fmt.Sprintf("gpu-a%03d", r/rph+1), LocalRank: r % rph,
-			Role: model.Role{DP: r, TP: 0, PP: 0, EP: 0, Name: "dense"}})
+		j.Ranks = append(j.Ranks, signal.Rank{Rank: r, Host: fmt.Sprintf("gpu-a%03d", r/rph+1), LocalRank: r % rph,
+			Role: signal.Role{DP: r, TP: 0, PP: 0, EP: 0, Name: "dense"}})
 	}
 	s := sim{job: j, ranksPerHost: rph, straggler: 2, seed: 0x1a66a4d}
 	if world > 64 {
@@ -99,28 +100,28 @@ func (s sim) durations(step int64) [][]float64 {
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
-// simReport computes a frontier.Report for steps [from, to] (StageFrontier
+// simReport computes a stagefrontier.Report for steps [from, to] (StageFrontier
 // §3 eq.1–3, §4 eq.4) with the default gates.
-func (s sim) simReport(from, to int64) *frontier.Report {
-	cfg := frontier.DefaultConfig()
+func (s sim) simReport(from, to int64) *stagefrontier.Report {
+	cfg := stagefrontier.DefaultConfig()
 	R, S := s.job.WorldSize, len(s.job.Schema.Stages)
 	T := int(to - from + 1)
-	rep := &frontier.Report{JobID: s.job.ID, FirstStep: from, LastStep: to, NumSteps: T, NumRanks: R,
+	rep := &stagefrontier.Report{JobID: s.job.ID, FirstStep: from, LastStep: to, NumSteps: T, NumRanks: R,
 		Stages: s.job.Schema.Stages, OrderHash: s.job.Schema.OrderHash(), Config: cfg,
 		AdvanceMS: make([]float64, S), GainMS: map[string][]float64{}, LeaderRank: -1}
 	window := make([][][]float64, T)
 	for t := range T {
 		window[t] = s.durations(from + int64(t))
 	}
-	ranks := make([]frontier.RankStat, R)
+	ranks := make([]stagefrontier.RankStat, R)
 	for r := range R {
-		ranks[r] = frontier.RankStat{Rank: r, Host: s.job.Ranks[r].Host, LagMS: make([]float64, S),
+		ranks[r] = stagefrontier.RankStat{Rank: r, Host: s.job.Ranks[r].Host, LagMS: make([]float64, S),
 			DeltaLagMS: make([]float64, S), LeadCount: make([]int, S), MeanStageMS: make([]float64, S)}
 	}
 	for t, d := range window {
 		P := prefixes(d)
 		F := frontierOf(P)
-		pt := frontier.StepPoint{Step: from + int64(t), ExposedMS: round3(F[S-1]), AdvanceMS: make([]float64, S)}
+		pt := stagefrontier.StepPoint{Step: from + int64(t), ExposedMS: round3(F[S-1]), AdvanceMS: make([]float64, S)}
 		prev := 0.0
 		for si := range S {
 			a := F[si] - prev // §3 eq.1: a[t,s] = F[t,s] − F[t,s−1]
@@ -183,7 +184,7 @@ func (s sim) simReport(from, to int64) *frontier.Report {
 	rep.GainMS["rank_median"] = gains(window, false)
 	rep.GainMS["cohort_median"] = gains(window, true)
 	rep.Baselines = baselines(window, rep.Stages, cfg.CandidateThreshold)
-	rep.Quality = frontier.Quality{MissingCells: 0, MaxClosureShare: 0.0061, MaxOverlapShare: 0,
+	rep.Quality = stagefrontier.Quality{MissingCells: 0, MaxClosureShare: 0.0061, MaxOverlapShare: 0,
 		EventSamples: T / 8, EventReadyRatio: 0.94, RoleGroups: 1}
 	rep.Labels = s.labels(rep)
 	rep.Contract = []string{"schema stagefrontier/v1 order hash " + rep.OrderHash + " common to all ranks",
@@ -237,7 +238,7 @@ func leaderAt(P [][]float64, s int) (leader, tie int, gap float64) {
 	return leader, tie, best - second
 }
 
-func (s sim) leaders(rep *frontier.Report, window [][][]float64, cfg frontier.Config) {
+func (s sim) leaders(rep *stagefrontier.Report, window [][][]float64, cfg stagefrontier.Config) {
 	si := slices.Index(rep.Stages, rep.Top1)
 	counts := map[int]int{}
 	last := -1
@@ -340,7 +341,7 @@ func median(x []float64) float64 {
 }
 
 // baselines are the five §6.2 comparison summaries.
-func baselines(window [][][]float64, stages []string, tau float64) []frontier.BaselineSummary {
+func baselines(window [][][]float64, stages []string, tau float64) []stagefrontier.BaselineSummary {
 	R, S := len(window[0]), len(stages)
 	T := float64(len(window))
 	score := map[string][]float64{}
@@ -370,14 +371,14 @@ func baselines(window [][][]float64, stages []string, tau float64) []frontier.Ba
 			score["rank0_local"][s] += d[0][s] / T
 		}
 	}
-	var out []frontier.BaselineSummary
+	var out []stagefrontier.BaselineSummary
 	for _, m := range []string{"per_stage_max", "per_stage_avg", "rank_spread", "slowest_rank_breakdown", "rank0_local"} {
 		sc := score[m]
 		tot := 0.0
 		for _, v := range sc {
 			tot += v
 		}
-		b := frontier.BaselineSummary{Method: m, Score: make([]float64, S), Share: make([]float64, S), TotalMS: round3(tot * T)}
+		b := stagefrontier.BaselineSummary{Method: m, Score: make([]float64, S), Share: make([]float64, S), TotalMS: round3(tot * T)}
 		for s := range S {
 			b.Score[s] = round3(sc[s])
 			b.Share[s] = round6(sc[s] / tot)
@@ -388,25 +389,25 @@ func baselines(window [][][]float64, stages []string, tau float64) []frontier.Ba
 	return out
 }
 
-func (s sim) labels(rep *frontier.Report) []frontier.Label {
-	ls := []frontier.Label{{Name: frontier.LabelFrontierAccounting, Axis: "accounting",
+func (s sim) labels(rep *stagefrontier.Report) []stagefrontier.Label {
+	ls := []stagefrontier.Label{{Name: stagefrontier.LabelFrontierAccounting, Axis: "accounting",
 		Reason: fmt.Sprintf("Σ advances = exposed makespan %.1f ms over %d steps (telescope error %.2g ms)", rep.ExposedMS, rep.NumSteps, rep.TelescopeErrMS)}}
 	si := slices.Index(rep.Stages, rep.Top1)
 	g := rep.GainMS["cohort_median"][si]
 	ratio := g / rep.AdvanceMS[si]
 	if ratio >= rep.Config.StaticGainThreshold {
-		ls = append(ls, frontier.Label{Name: frontier.LabelDirectExposure, Axis: "direct_gain", Stage: rep.Top1,
+		ls = append(ls, stagefrontier.Label{Name: stagefrontier.LabelDirectExposure, Axis: "direct_gain", Stage: rep.Top1,
 			Reason: fmt.Sprintf("clipped cohort-median gain %.0f ms is %.0f%% of the stage's %.0f ms frontier advance (≥ %.0f%%); leader rank %d leads %s",
 				g, 100*ratio, rep.AdvanceMS[si], 100*rep.Config.StaticGainThreshold, rep.LeaderRank, rep.Top1)})
 	} else {
-		ls = append(ls, frontier.Label{Name: frontier.LabelSyncWaitDependent, Axis: "model_fit", Stage: rep.Top1,
+		ls = append(ls, stagefrontier.Label{Name: stagefrontier.LabelSyncWaitDependent, Axis: "model_fit", Stage: rep.Top1,
 			Reason: fmt.Sprintf("frontier share %.0f%% but the clipped cohort-median gain is only %.1f%% of the advance: the exposed time is wait the other ranks spend in later stages", 100*rep.Share[si], 100*ratio)})
 	}
 	if len(rep.CoCriticalStages) > 0 {
-		ls = append(ls, frontier.Label{Name: frontier.LabelCoCritical, Axis: "ambiguity", Stage: rep.CoCriticalStages[1],
+		ls = append(ls, stagefrontier.Label{Name: stagefrontier.LabelCoCritical, Axis: "ambiguity", Stage: rep.CoCriticalStages[1],
 			Reason: fmt.Sprintf("shares of %v within tie tolerance %.2f", rep.CoCriticalStages, rep.Config.TieTolerance)})
 	}
-	ls = append(ls, frontier.Label{Name: frontier.LabelForwardSpillover, Axis: "device_evidence", Stage: model.StageForward,
+	ls = append(ls, stagefrontier.Label{Name: stagefrontier.LabelForwardSpillover, Axis: "device_evidence", Stage: stagevec.StageForward,
 		Reason: fmt.Sprintf("%d/%d CUDA-event samples ready (%.0f%%); event forward 45 ms vs CPU-wall forward 48 ms, exposed cost appears in backward",
 			int(float64(rep.Quality.EventSamples)*rep.Quality.EventReadyRatio), rep.Quality.EventSamples, 100*rep.Quality.EventReadyRatio)})
 	return ls
@@ -414,7 +415,7 @@ func (s sim) labels(rep *frontier.Report) []frontier.Label {
 
 // jobsList is the GET /api/v1/jobs body for the simulated jobs.
 type jobEntry struct {
-	model.Job
+	signal.Job
 	FirstStep int64 `json:"first_step"`
 	LastStep  int64 `json:"last_step"`
 	Vectors   int64 `json:"vectors"`
@@ -429,7 +430,7 @@ func fixtureJobs() []jobEntry {
 	return []jobEntry{
 		{Job: small.job, FirstStep: 1, LastStep: fixtureLastStep, Vectors: fixtureLastStep * 8},
 		{Job: bigJob, FirstStep: 9001, LastStep: 9600, Vectors: 600 * 1024},
-		{Job: model.Job{ID: "resnet50-smoke", Name: "resnet50 smoke test", WorldSize: 2, Schema: model.DefaultSchema(),
+		{Job: signal.Job{ID: "resnet50-smoke", Name: "resnet50 smoke test", WorldSize: 2, Schema: stagevec.DefaultSchema(),
 			Created: time.Date(2026, 3, 15, 7, 0, 0, 0, time.UTC)}, FirstStep: 0, LastStep: 0, Vectors: 0},
 	}
 }
@@ -472,7 +473,7 @@ func TestFixtures(t *testing.T) {
 	if rep.TelescopeErrMS > 1e-6 {
 		t.Errorf("telescope error %g ms, want round-off (Theorem 1)", rep.TelescopeErrMS)
 	}
-	if rep.Top1 != model.StageData || rep.LeaderRank != 2 {
+	if rep.Top1 != stagevec.StageData || rep.LeaderRank != 2 {
 		t.Errorf("routed to %s leader %d, want the data straggler on rank 2", rep.Top1, rep.LeaderRank)
 	}
 	for _, p := range rep.StepSeries {

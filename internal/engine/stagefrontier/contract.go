@@ -1,0 +1,129 @@
+package stagefrontier
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+)
+
+// validate checks the gates and names the offending field.
+func (c Config) validate() error {
+	bad := func(field, msg string, v any) error {
+		return &signal.FieldError{Field: field, Msg: fmt.Sprintf("%s, got %v", msg, v)}
+	}
+	if !(c.CandidateThreshold > 0 && c.CandidateThreshold <= 1) {
+		return bad("candidate_threshold", "must be in (0, 1]", c.CandidateThreshold)
+	}
+	for _, g := range []struct {
+		name string
+		v    float64
+	}{
+		{"denominator_floor_ms", c.DenominatorFloorMS}, {"closure_residual_share", c.ClosureResidualShare},
+		{"overlap_error_share", c.OverlapErrorShare}, {"event_ready_ratio", c.EventReadyRatio},
+		{"dominance_share", c.DominanceShare}, {"static_gain_threshold", c.StaticGainThreshold},
+		{"tie_tolerance", c.TieTolerance}, {"leader_gap_ms", c.LeaderGapMS}, {"leader_gap_rel", c.LeaderGapRel},
+		{"leader_switch_rate", c.LeaderSwitchRate}, {"forward_event_high_ratio", c.ForwardEventHighRatio},
+		{"forward_event_low_ratio", c.ForwardEventLowRatio},
+	} {
+		if !(g.v >= 0) || math.IsInf(g.v, 1) {
+			return bad(g.name, "must be finite and >= 0", g.v)
+		}
+	}
+	if c.MaxMissingRanks < 0 {
+		return bad("max_missing_ranks", "must be >= 0", c.MaxMissingRanks)
+	}
+	if c.MinEventSamples < 0 {
+		return bad("min_event_samples", "must be >= 0", c.MinEventSamples)
+	}
+	return nil
+}
+
+// checkWindow verifies the structural contract of a window: the dense
+// shapes and the ordered stage list against the schema (App. A Table 11,
+// "common schema version, ordered stage list and stage-order hash").
+// Violations are errors: a mismatched window must not be merged.
+func checkWindow(w *stagevec.Window) (k int, err error) {
+	if w == nil {
+		return 0, errors.New("stagefrontier: nil window")
+	}
+	if err := w.Schema.Validate(); err != nil {
+		return 0, err
+	}
+	T, R, S := w.Dims()
+	G := len(w.Schema.Stages)
+	if T == 0 {
+		return 0, &signal.FieldError{Field: "steps", Msg: "window has no steps"}
+	}
+	if R == 0 {
+		return 0, &signal.FieldError{Field: "ranks", Msg: "window has no ranks"}
+	}
+	if S == 0 || S%G != 0 {
+		return 0, &signal.FieldError{Field: "stages", Msg: fmt.Sprintf("%s: %d effective stages is not a multiple of the %d schema stages", FindingSchema, S, G)}
+	}
+	k = S / G
+	names, group := expandStages(w.Schema.Stages, k)
+	if len(w.Group) != S {
+		return 0, &signal.FieldError{Field: "group", Msg: fmt.Sprintf("want %d entries, got %d", S, len(w.Group))}
+	}
+	for s := range names {
+		if w.Stages[s] != names[s] || w.Group[s] != group[s] {
+			return 0, &signal.FieldError{Field: "stages", Msg: fmt.Sprintf("%s: stage %d is %q (group %d), want %q (group %d) for schema order hash %s",
+				FindingSchema, s, w.Stages[s], w.Group[s], names[s], group[s], w.Schema.OrderHash())}
+		}
+	}
+	for i := 1; i < T; i++ {
+		if w.Steps[i] <= w.Steps[i-1] {
+			return 0, &signal.FieldError{Field: "steps", Msg: fmt.Sprintf("steps must be strictly ascending: %d after %d", w.Steps[i], w.Steps[i-1])}
+		}
+	}
+	if len(w.D) != T*R*S {
+		return 0, &signal.FieldError{Field: "d", Msg: fmt.Sprintf("want %d values (T=%d R=%d S=%d), got %d", T*R*S, T, R, S, len(w.D))}
+	}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"wall", len(w.Wall)}, {"closure", len(w.Closure)}} {
+		if c.n != T*R {
+			return 0, &signal.FieldError{Field: c.name, Msg: fmt.Sprintf("want %d values, got %d", T*R, c.n)}
+		}
+	}
+	if w.Present != nil && len(w.Present) != T*R {
+		return 0, &signal.FieldError{Field: "present", Msg: fmt.Sprintf("want %d values or nil, got %d", T*R, len(w.Present))}
+	}
+	for name, col := range w.Probes {
+		if col == nil || len(col.Value) != T*R || len(col.Sampled) != T*R {
+			return 0, &signal.FieldError{Field: "probes", Msg: fmt.Sprintf("probe %q column must have %d cells", name, T*R)}
+		}
+	}
+	return k, nil
+}
+
+// roleGroups counts the diagnosis groups among reporting ranks: ranks are
+// comparable when their pipeline stage and role name agree (App. A Table
+// 11, "role metadata sufficient for the chosen group").
+func roleGroups(w *stagevec.Window, seen []bool) int {
+	type key struct {
+		pp   int
+		name string
+	}
+	groups := map[key]bool{}
+	for r, rk := range w.Ranks {
+		if seen[r] {
+			groups[key{rk.Role.PP, rk.Role.Name}] = true
+		}
+	}
+	return len(groups)
+}
+
+func hasFinding(w *stagevec.Window, prefix string) bool {
+	for _, f := range w.Findings {
+		if strings.HasPrefix(f, prefix+":") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,17 @@
+package signal
+
+import "fmt"
+
+// FieldError is a validation failure that names the offending field, so
+// HTTP handlers and decoders can say exactly what was wrong.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// FieldErrorf returns a *FieldError for field with a formatted message.
+func FieldErrorf(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,111 @@
+package stagevec
+
+import (
+	"math"
+
+	"github.com/laggard-dev/laggard/internal/signal"
+)
+
+// Probe is one side-channel sample such as the sampled CUDA-event forward
+// time (StageFrontier §5). Ready=false means the sample was taken but its
+// events had not completed when polled; such samples count against the
+// event-ready ratio gate (App. C).
+type Probe struct {
+	Value float64 `json:"value_ms"`
+	Ready bool    `json:"ready"`
+}
+
+// Vector is what one rank reports for one logical step (or one
+// accumulation microstep of it).
+type Vector struct {
+	Step int64 `json:"step"`
+	Rank int   `json:"rank"`
+	// Micro is the gradient-accumulation index within the step (0-based).
+	Micro int `json:"micro,omitempty"`
+	// Durations are the ordered stage durations in schema order. The
+	// residual (last schema stage) may be omitted, in which case it is
+	// derived from WallMS (App. A).
+	Durations []float64 `json:"durations_ms"`
+	// WallMS is the rank-local step (or microstep) wall time.
+	WallMS float64 `json:"wall_ms"`
+	// DataLead > 0 says the data wait recorded here fetched the batch that
+	// step Step+DataLead consumes (prefetch / run-ahead). The window
+	// assembler charges it to the consuming step (App. A).
+	DataLead int `json:"data_lead,omitempty"`
+	// Probes are side-channel samples keyed by declared probe name.
+	Probes map[string]Probe `json:"probes,omitempty"`
+	// Dropped counts vectors the client had to drop (full queue, failed
+	// ship) since the previous vector it shipped; any drop caps confidence
+	// (telemetry_limited).
+	Dropped int64 `json:"dropped,omitempty"`
+	// Nested counts ordered spans the client rejected because another
+	// ordered stage was already active (App. A Table 11, first check).
+	Nested int `json:"nested,omitempty"`
+}
+
+// Validate checks a vector against its job and names the offending field.
+func (v *Vector) Validate(j *signal.Job) error {
+	if v.Step < 0 {
+		return signal.FieldErrorf("step", "must be >= 0, got %d", v.Step)
+	}
+	if v.Rank < 0 || v.Rank >= j.WorldSize {
+		return signal.FieldErrorf("rank", "must be in [0, %d), got %d", j.WorldSize, v.Rank)
+	}
+	acc := max(j.Accumulation, 1)
+	if v.Micro < 0 || v.Micro >= acc {
+		return signal.FieldErrorf("micro", "must be in [0, %d), got %d", acc, v.Micro)
+	}
+	ns := len(j.Schema.Stages)
+	if len(v.Durations) != ns && len(v.Durations) != ns-1 {
+		return signal.FieldErrorf("durations_ms", "want %d values (or %d without the residual), got %d", ns, ns-1, len(v.Durations))
+	}
+	for i, d := range v.Durations {
+		if !finiteNonNeg(d) {
+			return signal.FieldErrorf("durations_ms", "value %d (%s) must be finite and >= 0, got %v", i, j.Schema.Stages[i], d)
+		}
+	}
+	if !finiteNonNeg(v.WallMS) {
+		return signal.FieldErrorf("wall_ms", "must be finite and >= 0, got %v", v.WallMS)
+	}
+	if v.DataLead < 0 || v.DataLead > 1024 {
+		return signal.FieldErrorf("data_lead", "must be in [0, 1024], got %d", v.DataLead)
+	}
+	if v.Dropped < 0 {
+		return signal.FieldErrorf("dropped", "must be >= 0, got %d", v.Dropped)
+	}
+	if v.Nested < 0 {
+		return signal.FieldErrorf("nested", "must be >= 0, got %d", v.Nested)
+	}
+	for name, p := range v.Probes {
+		if !containsString(j.Schema.Probes, name) {
+			return signal.FieldErrorf("probes", "probe %q is not declared in the job schema", name)
+		}
+		if p.Ready && !finiteNonNeg(p.Value) {
+			return signal.FieldErrorf("probes", "probe %q value must be finite and >= 0, got %v", name, p.Value)
+		}
+	}
+	return nil
+}
+
+// Closure returns the signed closure error e = W − Σ explicit stages and
+// the residual and overlap error derived from it (App. A):
+// residual = max(e, 0), overlap = max(−e, 0).
+func Closure(explicit []float64, wall float64) (e, residual, overlap float64) {
+	sum := 0.0
+	for _, d := range explicit {
+		sum += d
+	}
+	e = wall - sum
+	return e, math.Max(e, 0), math.Max(-e, 0)
+}
+
+func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 1) && !math.IsNaN(x) }
+
+func containsString(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

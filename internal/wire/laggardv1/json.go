@@ -1,0 +1,216 @@
+package laggardv1
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+)
+
+// MaxBatchVectors bounds one ingest batch. A tiny encoded vector ("{}")
+// decodes to ~100 bytes, so without a count cap the byte limit alone would
+// let a 64 MiB body allocate gigabytes.
+const MaxBatchVectors = 1 << 16
+
+// DecodeJSONBatch decodes {"vectors":[StageVector...]} from r, reading at
+// most limit bytes (DefaultLimit if limit <= 0), and validates every vector
+// against job. The body is streamed one vector at a time so an error names
+// the vector's index: vectors[3].durations_ms.
+func DecodeJSONBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vector, error) {
+	dec := json.NewDecoder(newLimitReader(r, limit))
+	dec.DisallowUnknownFields()
+	if err := expectDelim(dec, '{', ""); err != nil {
+		return nil, err
+	}
+	var out []stagevec.Vector
+	seen := false
+	for dec.More() {
+		key, err := objectKey(dec)
+		if err != nil {
+			return nil, err
+		}
+		if key != "vectors" {
+			return nil, prefix("", &signal.FieldError{Field: key, Msg: "unknown field"})
+		}
+		if seen {
+			return nil, &signal.FieldError{Field: key, Msg: "appears twice"}
+		}
+		seen = true
+		if out, err = decodeVectors(dec, job); err != nil {
+			return nil, err
+		}
+	}
+	if err := expectDelim(dec, '}', ""); err != nil {
+		return nil, err
+	}
+	if err := expectEOF(dec); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func decodeVectors(dec *json.Decoder, job *signal.Job) ([]stagevec.Vector, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, jsonErr("vectors", err)
+	}
+	if tok == nil { // "vectors": null is an empty batch
+		return nil, nil
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return nil, &signal.FieldError{Field: "vectors", Msg: fmt.Sprintf("must be an array, got %v", tokenKind(tok))}
+	}
+	out := make([]stagevec.Vector, 0, 64)
+	for i := 0; dec.More(); i++ {
+		path := "vectors[" + strconv.Itoa(i) + "]"
+		if i == MaxBatchVectors {
+			return nil, fmt.Errorf("%w: more than %d vectors in one batch", ErrTooLarge, MaxBatchVectors)
+		}
+		out = append(out, stagevec.Vector{})
+		v := &out[i]
+		if err := dec.Decode(v); err != nil {
+			return nil, jsonErr(path, err)
+		}
+		if err := v.Validate(job); err != nil {
+			return nil, prefix(path, err)
+		}
+	}
+	if err := expectDelim(dec, ']', "vectors"); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DecodeJob decodes a job registration. The body's "id" may be omitted, in
+// which case id (from the URL) is used; a different id is an error. An
+// omitted schema means stagevec.DefaultSchema, as in stage-matrix files.
+func DecodeJob(r io.Reader, id string, limit int64) (*signal.Job, error) {
+	var j signal.Job
+	if err := decodeStrict(r, limit, &j); err != nil {
+		return nil, err
+	}
+	switch {
+	case j.ID == "":
+		j.ID = id
+	case id != "" && j.ID != id:
+		return nil, &signal.FieldError{Field: "id", Msg: fmt.Sprintf("%q does not match the URL's job id %q", j.ID, id)}
+	}
+	if j.Schema.Version == "" && len(j.Schema.Stages) == 0 && len(j.Schema.Probes) == 0 {
+		j.Schema = stagevec.DefaultSchema()
+	}
+	if err := validateJob(&j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// validateJob is Job.Validate with rank errors rewritten to full paths
+// (Validate wraps them as "ranks[i]: rank: ...").
+func validateJob(j *signal.Job) error {
+	for i := range j.Ranks {
+		if err := j.Ranks[i].Validate(j.WorldSize); err != nil {
+			return prefix("ranks["+strconv.Itoa(i)+"]", err)
+		}
+	}
+	return prefix("", j.Validate())
+}
+
+// DecodeRank decodes a rank join and validates it against job's world
+// size. An omitted role, or omitted role fields, mean unknown (-1).
+func DecodeRank(r io.Reader, job *signal.Job, limit int64) (*signal.Rank, error) {
+	rk := signal.Rank{Role: signal.UnknownRole}
+	if err := decodeStrict(r, limit, &rk); err != nil {
+		return nil, err
+	}
+	if err := rk.Validate(job.WorldSize); err != nil {
+		return nil, prefix("", err)
+	}
+	if len(rk.Role.Name) > 128 {
+		return nil, &signal.FieldError{Field: "role.name", Msg: "longer than 128 bytes"}
+	}
+	return &rk, nil
+}
+
+// decodeStrict decodes exactly one JSON object into v.
+func decodeStrict(r io.Reader, limit int64, v any) error {
+	dec := json.NewDecoder(newLimitReader(r, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonErr("", err)
+	}
+	return expectEOF(dec)
+}
+
+func objectKey(dec *json.Decoder) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", jsonErr("", err)
+	}
+	key, ok := tok.(string)
+	if !ok {
+		return "", prefix("", &signal.FieldError{Msg: fmt.Sprintf("expected an object key, got %v", tokenKind(tok))})
+	}
+	return key, nil
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim, path string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return jsonErr(path, err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return prefix(path, &signal.FieldError{Msg: fmt.Sprintf("expected %q, got %v", want, tokenKind(tok))})
+	}
+	return nil
+}
+
+func expectEOF(dec *json.Decoder) error {
+	if _, err := dec.Token(); err != io.EOF {
+		if err != nil {
+			return jsonErr("", err)
+		}
+		return prefix("", &signal.FieldError{Msg: "trailing data after the JSON object"})
+	}
+	return nil
+}
+
+func tokenKind(tok json.Token) string {
+	switch t := tok.(type) {
+	case nil:
+		return "null"
+	case json.Delim:
+		return strconv.Quote(t.String())
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	default:
+		return "a number"
+	}
+}
+
+// jsonErr turns an encoding/json error into a FieldError under path.
+func jsonErr(path string, err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		return err
+	case errors.As(err, &te):
+		return prefix(path, &signal.FieldError{Field: te.Field, Msg: fmt.Sprintf("cannot use JSON %s as %s", te.Value, te.Type)})
+	case errors.As(err, &se):
+		return prefix(path, &signal.FieldError{Msg: fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)})
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return prefix(path, &signal.FieldError{Msg: "truncated JSON"})
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, `json: unknown field "`); ok {
+		return prefix(path, &signal.FieldError{Field: strings.TrimSuffix(name, `"`), Msg: "unknown field"})
+	}
+	return prefix(path, &signal.FieldError{Msg: strings.TrimPrefix(msg, "json: ")})
+}

@@ -1,0 +1,81 @@
+package laggardv1
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/laggard-dev/laggard/internal/signal"
+)
+
+// ErrTooLarge is wrapped by every decoder error caused by a body larger
+// than the caller's limit; servers map it to 413.
+var ErrTooLarge = errors.New("body too large")
+
+// DefaultLimit is used when a caller passes limit <= 0.
+const DefaultLimit = 64 << 20
+
+// limitReader fails with ErrTooLarge once more than n bytes are read, so
+// an oversized body is an error rather than a silently truncated one.
+type limitReader struct {
+	r     io.Reader
+	n     int64 // bytes still allowed
+	limit int64
+	read  int64
+}
+
+func newLimitReader(r io.Reader, limit int64) *limitReader {
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	return &limitReader{r: r, n: limit, limit: limit}
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return 0, l.tooLarge()
+	}
+	// Read one byte past the limit so an exactly-full body is not an error.
+	if int64(len(p)) > l.n+1 {
+		p = p[:l.n+1]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	l.read += int64(n)
+	if l.n < 0 {
+		return n, l.tooLarge()
+	}
+	return n, err
+}
+
+func (l *limitReader) tooLarge() error {
+	return fmt.Errorf("%w: more than %d bytes", ErrTooLarge, l.limit)
+}
+
+// prefix puts path in front of a FieldError's field; other errors become a
+// FieldError on path itself.
+func prefix(path string, err error) error {
+	if err == nil || errors.Is(err, ErrTooLarge) {
+		return err
+	}
+	var fe *signal.FieldError
+	if errors.As(err, &fe) {
+		f := fe.Field
+		switch {
+		case f == "":
+			f = path
+		case path != "" && f[0] == '[':
+			f = path + f
+		case path != "":
+			f = path + "." + f
+		}
+		if f == "" {
+			f = "body"
+		}
+		return &signal.FieldError{Field: f, Msg: fe.Msg}
+	}
+	if path == "" {
+		path = "body"
+	}
+	return &signal.FieldError{Field: path, Msg: err.Error()}
+}

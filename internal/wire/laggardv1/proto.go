@@ -1,0 +1,153 @@
+package laggardv1
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/wire/laggardv1/pb"
+)
+
+// DecodeProtoBatch decodes a laggard.v1.VectorBatch from r with the same
+// contract as DecodeJSONBatch: at most limit bytes, every vector validated
+// against job, errors naming vectors[i].field.
+//
+// Unknown fields are rejected, as in JSON: a newer client's measurement
+// silently dropped here would skew the analysis without anyone noticing.
+func DecodeProtoBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vector, error) {
+	b, err := io.ReadAll(newLimitReader(r, limit))
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return nil, err
+		}
+		return nil, &signal.FieldError{Field: "body", Msg: err.Error()}
+	}
+	return UnmarshalProtoBatch(b, job)
+}
+
+// UnmarshalProtoBatch is DecodeProtoBatch over an in-memory body.
+func UnmarshalProtoBatch(b []byte, job *signal.Job) ([]stagevec.Vector, error) {
+	n, err := countVectors(b)
+	if err != nil {
+		return nil, err
+	}
+	if n > MaxBatchVectors {
+		return nil, fmt.Errorf("%w: more than %d vectors in one batch", ErrTooLarge, MaxBatchVectors)
+	}
+	var batch pb.VectorBatch
+	if err := proto.Unmarshal(b, &batch); err != nil {
+		return nil, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + err.Error()}
+	}
+	if u := batch.ProtoReflect().GetUnknown(); len(u) > 0 {
+		return nil, unknownField("", u)
+	}
+	out := make([]stagevec.Vector, len(batch.Vectors))
+	for i, pv := range batch.Vectors {
+		path := "vectors[" + strconv.Itoa(i) + "]"
+		if err := fromProto(pv, &out[i], path); err != nil {
+			return nil, err
+		}
+		if err := out[i].Validate(job); err != nil {
+			return nil, prefix(path, err)
+		}
+	}
+	return out, nil
+}
+
+// countVectors counts top-level field-1 records without decoding them, so
+// the vector cap holds before proto.Unmarshal allocates one message each.
+func countVectors(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return 0, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + protowire.ParseError(l).Error()}
+		}
+		b = b[l:]
+		l = protowire.ConsumeFieldValue(num, typ, b)
+		if l < 0 {
+			return 0, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + protowire.ParseError(l).Error()}
+		}
+		b = b[l:]
+		if num == 1 {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// fromProto copies pv into v. The durations slice is shared, not copied:
+// the decoded message is never used again.
+func fromProto(pv *pb.Vector, v *stagevec.Vector, path string) error {
+	if pv == nil {
+		return &signal.FieldError{Field: path, Msg: "null vector"}
+	}
+	if u := pv.ProtoReflect().GetUnknown(); len(u) > 0 {
+		return unknownField(path, u)
+	}
+	*v = stagevec.Vector{
+		Step:      pv.GetStep(),
+		Rank:      int(pv.GetRank()),
+		Micro:     int(pv.GetMicro()),
+		Durations: pv.GetDurationsMs(),
+		WallMS:    pv.GetWallMs(),
+		DataLead:  int(pv.GetDataLead()),
+		Dropped:   pv.GetDropped(),
+		Nested:    int(pv.GetNested()),
+	}
+	if len(pv.Probes) > 0 {
+		v.Probes = make(map[string]stagevec.Probe, len(pv.Probes))
+		for name, p := range pv.Probes {
+			if p == nil {
+				p = &pb.Probe{}
+			}
+			if u := p.ProtoReflect().GetUnknown(); len(u) > 0 {
+				return unknownField(path+".probes["+strconv.Quote(name)+"]", u)
+			}
+			v.Probes[name] = stagevec.Probe{Value: p.GetValueMs(), Ready: p.GetReady()}
+		}
+	}
+	return nil
+}
+
+func unknownField(path string, raw []byte) error {
+	num, _, _ := protowire.ConsumeTag(raw)
+	return prefix(path, &signal.FieldError{Msg: fmt.Sprintf("unknown protobuf field number %d", num)})
+}
+
+// EncodeProtoBatch is the inverse of DecodeProtoBatch, for clients and
+// tests.
+func EncodeProtoBatch(vs []stagevec.Vector) ([]byte, error) {
+	batch := &pb.VectorBatch{Vectors: make([]*pb.Vector, len(vs))}
+	for i := range vs {
+		batch.Vectors[i] = ToProto(&vs[i])
+	}
+	return proto.Marshal(batch)
+}
+
+// ToProto converts one vector to its protobuf form.
+func ToProto(v *stagevec.Vector) *pb.Vector {
+	pv := &pb.Vector{
+		Step:        v.Step,
+		Rank:        int32(v.Rank),
+		Micro:       int32(v.Micro),
+		DurationsMs: v.Durations,
+		WallMs:      v.WallMS,
+		DataLead:    int32(v.DataLead),
+		Dropped:     v.Dropped,
+		Nested:      int32(v.Nested),
+	}
+	if len(v.Probes) > 0 {
+		pv.Probes = make(map[string]*pb.Probe, len(v.Probes))
+		for name, p := range v.Probes {
+			pv.Probes[name] = &pb.Probe{ValueMs: p.Value, Ready: p.Ready}
+		}
+	}
+	return pv
+}
