@@ -15,7 +15,7 @@ import (
 
 func fixtureReport(t *testing.T) *stagefrontier.Report {
 	t.Helper()
-	f, err := os.Open("../stagefile/testdata/sync_wait.jsonl")
+	f, err := os.Open("../wire/stagefile/testdata/sync_wait.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
