@@ -15,3 +15,14 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 func FieldErrorf(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
+
+// ConflictError is a request that contradicts what is already registered
+// (another run under the same job id, another ordered stage list for a
+// role group); the HTTP API answers 409. It names the field like
+// FieldError.
+type ConflictError struct {
+	Field string
+	Msg   string
+}
+
+func (e *ConflictError) Error() string { return e.Field + ": " + e.Msg }

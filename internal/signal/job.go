@@ -3,6 +3,8 @@ package signal
 import (
 	"fmt"
 	"regexp"
+	"slices"
+	"strconv"
 	"time"
 )
 
@@ -22,12 +24,48 @@ type Role struct {
 // UnknownRole is the role of a rank that reported none.
 var UnknownRole = Role{DP: -1, TP: -1, PP: -1, EP: -1}
 
+// DefaultGroup is the role group of ranks that declare neither a pipeline
+// stage nor a role name.
+const DefaultGroup = "default"
+
+// Group is the rank's comparable role group: ranks whose pipeline stage
+// and role name agree do the same ordered work, so one frontier may be
+// taken across them; ranks of different groups may not be merged (App. A
+// Table 11, "role metadata sufficient for the chosen group"). The data-,
+// tensor- and expert-parallel indexes do not split groups.
+func (r Role) Group() string {
+	g := r.Name
+	if r.PP >= 0 {
+		if g != "" {
+			g += "/"
+		}
+		g += "pp" + strconv.Itoa(r.PP)
+	}
+	if g == "" {
+		return DefaultGroup
+	}
+	return g
+}
+
 // Rank describes one training process.
 type Rank struct {
 	Rank      int    `json:"rank"`
 	Host      string `json:"host,omitempty"`
 	LocalRank int    `json:"local_rank"`
 	Role      Role   `json:"role"`
+	// Schema is the rank's own ordered stage list, when its role group
+	// reports different stages than the job's default schema. It is only
+	// read from a rank join; the catalog keeps it once per group
+	// (Job.Groups) and stores the rank without it.
+	Schema *Schema `json:"schema,omitempty"`
+}
+
+// GroupSchema is the ordered stage list one role group declared.
+type GroupSchema struct {
+	Group  string `json:"group"`
+	Schema Schema `json:"schema"`
+	// DeclaredBy is the first rank that declared it.
+	DeclaredBy int `json:"declared_by"`
 }
 
 // Job is a registered training job.
@@ -41,9 +79,50 @@ type Job struct {
 	Accumulation int `json:"accumulation,omitempty"`
 	// Ranks known so far, indexed by rank id; may be shorter than WorldSize
 	// while ranks are still joining.
-	Ranks   []Rank            `json:"ranks,omitempty"`
-	Labels  map[string]string `json:"labels,omitempty"`
-	Created time.Time         `json:"created"`
+	Ranks []Rank `json:"ranks,omitempty"`
+	// Groups are the role groups that declared their own ordered stage
+	// list; every other rank reports Schema.
+	Groups []GroupSchema     `json:"groups,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// RunID identifies one run (incarnation) of the job, e.g. torchrun's
+	// TORCHELASTIC_RUN_ID. A registration with another run id is refused
+	// rather than silently mixing two runs' vectors under one job id.
+	RunID   string    `json:"run_id,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// RankInfo returns the description of rank r, if it joined.
+func (j *Job) RankInfo(r int) (Rank, bool) {
+	i, ok := slices.BinarySearchFunc(j.Ranks, r, func(a Rank, r int) int { return a.Rank - r })
+	if !ok {
+		return Rank{Rank: r, Role: UnknownRole}, false
+	}
+	return j.Ranks[i], true
+}
+
+// GroupOf returns the role group of rank r (DefaultGroup before it joined).
+func (j *Job) GroupOf(r int) string {
+	rk, _ := j.RankInfo(r)
+	return rk.Role.Group()
+}
+
+// GroupSchema returns the schema role group g reports: its declared one,
+// else the job's default.
+func (j *Job) GroupSchema(g string) Schema {
+	for _, gs := range j.Groups {
+		if gs.Group == g {
+			return gs.Schema
+		}
+	}
+	return j.Schema
+}
+
+// SchemaFor returns the ordered stage list rank r reports.
+func (j *Job) SchemaFor(r int) Schema {
+	if len(j.Groups) == 0 {
+		return j.Schema
+	}
+	return j.GroupSchema(j.GroupOf(r))
 }
 
 var jobIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -61,6 +140,14 @@ func (j *Job) Validate() error {
 	}
 	if err := j.Schema.Validate(); err != nil {
 		return err
+	}
+	if len(j.RunID) > 128 {
+		return FieldErrorf("run_id", "longer than 128 bytes")
+	}
+	for i, g := range j.Groups {
+		if err := g.Schema.Validate(); err != nil {
+			return fmt.Errorf("groups[%d]: %w", i, err)
+		}
 	}
 	for i, r := range j.Ranks {
 		if err := r.Validate(j.WorldSize); err != nil {
@@ -80,6 +167,14 @@ func (r *Rank) Validate(world int) error {
 	}
 	if len(r.Host) > 255 {
 		return FieldErrorf("host", "longer than 255 bytes")
+	}
+	if len(r.Role.Name) > 128 {
+		return FieldErrorf("role.name", "longer than 128 bytes")
+	}
+	if r.Schema != nil {
+		if err := r.Schema.Validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

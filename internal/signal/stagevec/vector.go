@@ -1,7 +1,10 @@
 package stagevec
 
 import (
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/laggard-dev/laggard/internal/signal"
 )
@@ -41,6 +44,11 @@ type Vector struct {
 	// Nested counts ordered spans the client rejected because another
 	// ordered stage was already active (App. A Table 11, first check).
 	Nested int `json:"nested,omitempty"`
+	// OrderHash is the signal.Schema.OrderHash of the stage list the rank
+	// timed. Optional; when present it must match the schema the server
+	// holds for the rank's role group, so a client whose stage list
+	// changed cannot have its durations read in another order.
+	OrderHash string `json:"order_hash,omitempty"`
 }
 
 // Validate checks a vector against its job and names the offending field.
@@ -55,13 +63,18 @@ func (v *Vector) Validate(j *signal.Job) error {
 	if v.Micro < 0 || v.Micro >= acc {
 		return signal.FieldErrorf("micro", "must be in [0, %d), got %d", acc, v.Micro)
 	}
-	ns := len(j.Schema.Stages)
+	schema := j.SchemaFor(v.Rank)
+	if v.OrderHash != "" && v.OrderHash != schema.OrderHash() {
+		return &signal.ConflictError{Field: "order_hash", Msg: fmt.Sprintf("rank %d sends stage-order hash %s but its role group %q is registered with %s (%s)",
+			v.Rank, signal.Clip(v.OrderHash), j.GroupOf(v.Rank), schema.OrderHash(), strings.Join(schema.Stages, ", "))}
+	}
+	ns := len(schema.Stages)
 	if len(v.Durations) != ns && len(v.Durations) != ns-1 {
 		return signal.FieldErrorf("durations_ms", "want %d values (or %d without the residual), got %d", ns, ns-1, len(v.Durations))
 	}
 	for i, d := range v.Durations {
 		if !finiteNonNeg(d) {
-			return signal.FieldErrorf("durations_ms", "value %d (%s) must be finite and >= 0, got %v", i, j.Schema.Stages[i], d)
+			return signal.FieldErrorf("durations_ms", "value %d (%s) must be finite and >= 0, got %v", i, schema.Stages[i], d)
 		}
 	}
 	if !finiteNonNeg(v.WallMS) {
@@ -77,7 +90,7 @@ func (v *Vector) Validate(j *signal.Job) error {
 		return signal.FieldErrorf("nested", "must be >= 0, got %d", v.Nested)
 	}
 	for name, p := range v.Probes {
-		if !containsString(j.Schema.Probes, name) {
+		if !slices.Contains(schema.Probes, name) {
 			return signal.FieldErrorf("probes", "probe %q is not declared in the job schema", name)
 		}
 		if p.Ready && !finiteNonNeg(p.Value) {
@@ -100,12 +113,3 @@ func Closure(explicit []float64, wall float64) (e, residual, overlap float64) {
 }
 
 func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 1) && !math.IsNaN(x) }
-
-func containsString(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
