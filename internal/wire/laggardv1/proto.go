@@ -100,6 +100,7 @@ func fromProto(pv *pb.Vector, v *stagevec.Vector, path string) error {
 		DataLead:  int(pv.GetDataLead()),
 		Dropped:   pv.GetDropped(),
 		Nested:    int(pv.GetNested()),
+		OrderHash: pv.GetOrderHash(),
 	}
 	if len(pv.Probes) > 0 {
 		v.Probes = make(map[string]stagevec.Probe, len(pv.Probes))
@@ -142,6 +143,7 @@ func ToProto(v *stagevec.Vector) *pb.Vector {
 		DataLead:    int32(v.DataLead),
 		Dropped:     v.Dropped,
 		Nested:      int32(v.Nested),
+		OrderHash:   v.OrderHash,
 	}
 	if len(v.Probes) > 0 {
 		pv.Probes = make(map[string]*pb.Probe, len(v.Probes))
