@@ -23,6 +23,7 @@ type accounting struct {
 	// step t, or -1 (App. C leader-switch tolerance). Switches are counted
 	// once the routed stage is known (leaderStats).
 	confLeader          []int32
+	tieSize             []int32 // T*S: latest-rank tie-set size per step and boundary
 	tieN                []int32 // S: scratch tie-set sizes for the current step
 	tieFirst            []int32 // S: scratch first rank in each tie set
 	confident, switches int
@@ -35,6 +36,7 @@ func (c *accounting) init(a *analyzer) {
 	c.leadCount, c.leadAdv = make([]int32, R*S), make([]int32, R*S)
 	c.nSteps, c.rankTotal = make([]int32, R), make([]float64, R)
 	c.confLeader = make([]int32, len(a.w.Steps)*S)
+	c.tieSize = make([]int32, len(a.w.Steps)*S)
 	c.tieN, c.tieFirst = make([]int32, S), make([]int32, S)
 }
 
@@ -322,6 +324,7 @@ func (a *analyzer) finishStep(t int) {
 
 	// A boundary's leader is confident when it is unique and clears the
 	// runner-up by the gap tolerances (App. C).
+	copy(c.tieSize[t*S:t*S+S], tieN)
 	cl := c.confLeader[t*S : t*S+S]
 	for s := range cl {
 		cl[s] = -1
@@ -336,7 +339,7 @@ func (a *analyzer) finishStep(t int) {
 		gap = fS - sec[S-1]
 	}
 	pt := &a.series[t]
-	pt.Step, pt.ExposedMS, pt.LeaderRank, pt.TieSize, pt.GapMS = a.w.Steps[t], fS, leader, tie, gap
+	pt.Step, pt.ExposedMS, pt.LeaderRank, pt.TieSize, pt.GapMS = a.w.Steps[t], fS, a.rankID(leader), tie, gap
 	pt.AdvanceMS = a.seriesAdv[t*a.G : (t+1)*a.G : (t+1)*a.G]
 	prev = 0
 	for s := range F {

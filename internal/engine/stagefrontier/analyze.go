@@ -66,6 +66,7 @@ func analyze(w *stagevec.Window, cfg Config) (*Report, error) {
 	}
 	rep := a.report()
 	label(rep, a)
+	Diagnose(rep, nil)
 	return rep, nil
 }
 
@@ -127,10 +128,11 @@ func (a *analyzer) report() *Report {
 		BaselineCohortMedian: append([]float64(nil), a.gain.cohort[:G]...),
 	}
 	rep.Ranks = a.rankStats()
-	a.leaderStats(rep)
+	a.leaderSwitches(rep)
+	rep.Evidence = a.stageEvidence(rep)
 	rep.Quality = a.quality()
 	rep.Baselines = a.baselines()
-	rep.Contract = append([]string(nil), w.Findings...)
+	rep.Contract = append([]stagevec.Finding(nil), w.Findings...)
 	return rep
 }
 

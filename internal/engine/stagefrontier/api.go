@@ -11,6 +11,11 @@ type AssembleOptions struct {
 	// ignored except prefetched data waits that land inside. 0/0 means
 	// every step; ToStep 0 with FromStep > 0 means no upper bound.
 	FromStep, ToStep int64
+	// Group restricts the window to one role group's ranks and its
+	// declared schema (signal.Role.Group); "" takes every rank with the
+	// job's default schema, leaving out ranks whose group declared
+	// another ordered stage list.
+	Group string
 }
 
 // Assembler builds a dense stagevec.Window from stage vectors streamed in any

@@ -11,8 +11,8 @@ import (
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
-// Finding prefixes. Analyze keys labels off them, so they are part of the
-// Window.Findings contract between the assembler and the labeler.
+// Contract checks (App. A Table 11), the Check of each stagevec.Finding the
+// assembler records. The labeler keys telemetry gates off them.
 const (
 	FindingMissingRanks = "missing_ranks"
 	FindingMissingCells = "missing_cells"
@@ -44,6 +44,10 @@ type slab struct {
 
 type asm struct {
 	job     *signal.Job
+	schema  signal.Schema // the window's ordered stage list
+	hash    string        // its order hash
+	members []signal.Rank // the window's ranks, ascending global rank id
+	pos     []int32       // global rank → window position, −1 outside; nil: identity
 	lo, hi  int64
 	R, G, K int // ranks, schema stages, accumulation factor
 	S       int // effective stages K*G
@@ -65,6 +69,7 @@ type asm struct {
 	maxLead  int
 
 	dropped, nested int64
+	otherGroup      int64 // vectors of ranks outside the window's group or schema
 	dups            int
 	conflicts       int // cells whose data wait two vectors claimed
 	firstDup        string
@@ -81,6 +86,10 @@ func (a *asm) init(job *signal.Job, opt AssembleOptions) {
 		a.err = err
 		return
 	}
+	a.selectGroup(opt.Group)
+	if a.err != nil {
+		return
+	}
 	a.lo, a.hi = opt.FromStep, opt.ToStep
 	if a.hi == 0 {
 		a.hi = math.MaxInt64
@@ -88,14 +97,14 @@ func (a *asm) init(job *signal.Job, opt AssembleOptions) {
 	if a.lo < 0 {
 		a.lo = 0
 	}
-	a.R = job.WorldSize
-	a.G = len(job.Schema.Stages)
+	a.R = len(a.members)
+	a.G = len(a.schema.Stages)
 	a.K = max(job.Accumulation, 1)
 	a.S = a.K * a.G
 	a.words = (a.K + 63) / 64
-	a.dataIdx = job.Schema.Index(stagevec.StageData)
-	a.probeV = make([][]float64, len(job.Schema.Probes))
-	a.probeS = make([][]bool, len(job.Schema.Probes))
+	a.dataIdx = a.schema.Index(stagevec.StageData)
+	a.probeV = make([][]float64, len(a.schema.Probes))
+	a.probeS = make([][]bool, len(a.schema.Probes))
 	if a.R < 1 {
 		a.err = &signal.FieldError{Field: "world_size", Msg: "must be >= 1"}
 		return
@@ -109,6 +118,43 @@ func (a *asm) init(job *signal.Job, opt AssembleOptions) {
 		a.initBounded(int(span + 1))
 	} else {
 		a.open = make(map[int64]*slab)
+	}
+}
+
+// selectGroup picks the window's ranks and schema: every rank and the
+// job's default schema for "", else the ranks of role group g and the
+// schema that group declared (App. A Table 11: a frontier is only taken
+// inside one diagnosis group).
+func (a *asm) selectGroup(g string) {
+	job := a.job
+	if job.WorldSize < 1 || job.WorldSize > signal.MaxWorldSize {
+		a.err = &signal.FieldError{Field: "world_size", Msg: fmt.Sprintf("must be in [1, %d], got %d", signal.MaxWorldSize, job.WorldSize)}
+		return
+	}
+	a.schema = job.Schema
+	if g != "" {
+		a.schema = job.GroupSchema(g)
+		a.pos = make([]int32, job.WorldSize)
+	}
+	if err := a.schema.Validate(); err != nil {
+		a.err = err
+		return
+	}
+	a.hash = a.schema.OrderHash()
+	for r := 0; r < job.WorldSize; r++ {
+		rk, _ := job.RankInfo(r)
+		rk.Schema = nil
+		if g != "" {
+			if rk.Role.Group() != g {
+				a.pos[r] = -1
+				continue
+			}
+			a.pos[r] = int32(len(a.members))
+		}
+		a.members = append(a.members, rk)
+	}
+	if len(a.members) == 0 {
+		a.err = &signal.FieldError{Field: "group", Msg: fmt.Sprintf("role group %q has no ranks", g)}
 	}
 }
 
@@ -215,6 +261,16 @@ func (a *asm) add(v *stagevec.Vector) error {
 	if err := v.Validate(a.job); err != nil {
 		return err
 	}
+	r := v.Rank
+	if a.pos != nil {
+		if r = int(a.pos[r]); r < 0 {
+			return nil // another role group's vector
+		}
+	}
+	if len(a.job.Groups) > 0 && a.job.SchemaFor(v.Rank).OrderHash() != a.hash {
+		a.otherGroup++ // its durations follow another stage order
+		return nil
+	}
 	lead := 0
 	if a.dataIdx >= 0 {
 		lead = v.DataLead
@@ -229,7 +285,7 @@ func (a *asm) add(v *stagevec.Vector) error {
 		a.enablePrefetch()
 	}
 	a.maxLead = max(a.maxLead, lead)
-	r, G := v.Rank, a.G
+	G := a.G
 	base := r*a.S + v.Micro*G
 
 	// Closure over the explicit (non-residual) stages, App. A.
@@ -252,7 +308,7 @@ func (a *asm) add(v *stagevec.Vector) error {
 		if a.isDuplicate(sl, r, v.Micro) {
 			a.dups++
 			if a.firstDup == "" {
-				a.firstDup = fmt.Sprintf("step %d rank %d micro %d", v.Step, r, v.Micro)
+				a.firstDup = fmt.Sprintf("step %d rank %d micro %d", v.Step, v.Rank, v.Micro)
 			}
 			return nil
 		}
@@ -277,7 +333,7 @@ func (a *asm) add(v *stagevec.Vector) error {
 		a.dropped += v.Dropped
 		a.nested += int64(v.Nested)
 		for name, p := range v.Probes {
-			pi := slices.Index(a.job.Schema.Probes, name)
+			pi := slices.Index(a.schema.Probes, name)
 			vals, sampled := a.probeCol(sl, pi)
 			sampled[r] = true
 			if p.Ready {
@@ -352,8 +408,8 @@ func (a *asm) finish() (*stagevec.Window, error) {
 	for i, sl := range used {
 		steps[i] = sl.step
 	}
-	w := &stagevec.Window{JobID: a.job.ID, Schema: a.job.Schema, Ranks: a.ranks(), Steps: steps}
-	w.Stages, w.Group = expandStages(a.job.Schema.Stages, a.K)
+	w := &stagevec.Window{JobID: a.job.ID, Schema: a.schema, Ranks: a.members, Steps: steps}
+	w.Stages, w.Group = expandStages(a.schema.Stages, a.K)
 	w.Findings = a.findings(used)
 
 	if a.bounded {
@@ -374,7 +430,7 @@ func (a *asm) finish() (*stagevec.Window, error) {
 			}
 		}
 		w.D, w.Wall, w.Closure, w.Present = a.d[:T*R*S:T*R*S], a.wall[:T*R:T*R], a.clos[:T*R:T*R], a.present[:T*R:T*R]
-		for p, name := range a.job.Schema.Probes {
+		for p, name := range a.schema.Probes {
 			if a.probeV[p] != nil {
 				w.Probes = setProbe(w.Probes, name, &stagevec.ProbeColumn{Value: a.probeV[p][:T*R], Sampled: a.probeS[p][:T*R]})
 			}
@@ -386,7 +442,7 @@ func (a *asm) finish() (*stagevec.Window, error) {
 			copy(w.Wall[i*R:], sl.wall)
 			copy(w.Closure[i*R:], sl.clos)
 			copy(w.Present[i*R:], sl.present)
-			for p, name := range a.job.Schema.Probes {
+			for p, name := range a.schema.Probes {
 				if sl.probeV[p] == nil {
 					continue
 				}
@@ -421,8 +477,11 @@ func setProbe(m map[string]*stagevec.ProbeColumn, name string, c *stagevec.Probe
 }
 
 // findings runs the assembly-time contract checks of App. A Table 11.
-func (a *asm) findings(used []*slab) []string {
-	var out []string
+func (a *asm) findings(used []*slab) []stagevec.Finding {
+	var out []stagevec.Finding
+	add := func(check, format string, args ...any) {
+		out = append(out, stagevec.Finding{Check: check, Detail: fmt.Sprintf(format, args...)})
+	}
 	R := a.R
 	seen := make([]bool, R)
 	missingCells, incomplete, fetchedOutside := 0, 0, 0
@@ -448,29 +507,32 @@ func (a *asm) findings(used []*slab) []string {
 	var missing []int
 	for r, ok := range seen {
 		if !ok {
-			missing = append(missing, r)
+			missing = append(missing, a.members[r].Rank)
 		}
 	}
 	if len(missing) > 0 {
-		out = append(out, fmt.Sprintf("%s: %d of %d ranks sent nothing in the window: %s", FindingMissingRanks, len(missing), R, intList(missing, 16)))
+		add(FindingMissingRanks, "%d of %d ranks sent nothing in the window: %s", len(missing), R, intList(missing, 16))
 	}
 	if partial := missingCells - len(missing)*len(used); partial > 0 {
-		out = append(out, fmt.Sprintf("%s: %d (step,rank) cells of present ranks are missing", FindingMissingCells, partial))
+		add(FindingMissingCells, "%d (step,rank) cells of present ranks are missing", partial)
 	}
 	if a.dups > 0 {
-		out = append(out, fmt.Sprintf("%s: %d repeated (step,rank,micro) vectors ignored, kept the first (first at %s)", FindingDuplicate, a.dups, a.firstDup))
+		add(FindingDuplicate, "%d repeated (step,rank,micro) vectors ignored, kept the first (first at %s)", a.dups, a.firstDup)
 	}
 	if fetchedOutside > 0 {
-		out = append(out, fmt.Sprintf("%s: %d cells (first at step %d) consume a batch fetched before the window (data_lead up to %d); data.next_wait left 0", FindingPrefetch, fetchedOutside, firstOutside, a.maxLead))
+		add(FindingPrefetch, "%d cells (first at step %d) consume a batch fetched before the window (data_lead up to %d); data.next_wait left 0", fetchedOutside, firstOutside, a.maxLead)
 	}
 	if a.conflicts > 0 {
-		out = append(out, fmt.Sprintf("%s: %d cells had their data wait claimed by two vectors (inconsistent data_lead); kept the larger", FindingPrefetch, a.conflicts))
+		add(FindingPrefetch, "%d cells had their data wait claimed by two vectors (inconsistent data_lead); kept the larger", a.conflicts)
 	}
 	if incomplete > 0 {
-		out = append(out, fmt.Sprintf("%s: %d (step,rank) cells miss some of the %d accumulation microsteps", FindingAccumulation, incomplete, a.K))
+		add(FindingAccumulation, "%d (step,rank) cells miss some of the %d accumulation microsteps", incomplete, a.K)
 	}
 	if a.nested > 0 {
-		out = append(out, fmt.Sprintf("%s: clients rejected %d nested ordered spans", FindingNested, a.nested))
+		add(FindingNested, "clients rejected %d nested ordered spans", a.nested)
+	}
+	if a.otherGroup > 0 {
+		add(FindingSchema, "%d vectors follow another role group's ordered stage list and were left out of this window", a.otherGroup)
 	}
 	return out
 }
@@ -487,23 +549,6 @@ func fullMask(ws []uint64, k int) bool {
 		}
 	}
 	return true
-}
-
-// ranks lists every rank of the world, filling unknown ones.
-func (a *asm) ranks() []signal.Rank {
-	out := make([]signal.Rank, a.R)
-	for r := range out {
-		out[r] = signal.Rank{Rank: r, Role: signal.UnknownRole}
-		if r < len(a.job.Ranks) && a.job.Ranks[r].Rank == r {
-			out[r] = a.job.Ranks[r]
-		}
-	}
-	for _, rk := range a.job.Ranks { // tolerate a sparse, unordered list
-		if rk.Rank >= 0 && rk.Rank < a.R {
-			out[rk.Rank] = rk
-		}
-	}
-	return out
 }
 
 // expandStages expands the ordered list micro-major for accumulation

@@ -70,9 +70,12 @@ func TestWindowBoundsAndMissing(t *testing.T) {
 	if w.At(1, 1, 0) != 1 {
 		t.Errorf("duplicate overwrote the first vector: %v", w.Row(1, 1))
 	}
-	for _, p := range []string{FindingMissingRanks + ": 1 of 4 ranks sent nothing in the window: 3", FindingMissingCells + ": 1 ", FindingDuplicate + ": 1 "} {
-		if !slices.ContainsFunc(w.Findings, func(f string) bool { return strings.HasPrefix(f, p) }) {
-			t.Errorf("findings %q lack %q", w.Findings, p)
+	for _, want := range []stagevec.Finding{{Check: FindingMissingRanks, Detail: "1 of 4 ranks sent nothing in the window: 3"},
+		{Check: FindingMissingCells, Detail: "1 "}, {Check: FindingDuplicate, Detail: "1 "}} {
+		if !slices.ContainsFunc(w.Findings, func(f stagevec.Finding) bool {
+			return f.Check == want.Check && strings.HasPrefix(f.Detail, want.Detail)
+		}) {
+			t.Errorf("findings %q lack %q", w.Findings, want)
 		}
 	}
 	if w.Present == nil || w.Present[2*4+2] || !w.Present[0] {
@@ -108,7 +111,7 @@ func TestPrefetchReassignment(t *testing.T) {
 	}
 	// Without the vector of step 0 the first step's batch was fetched before the window.
 	w = assemble(t, testJob(2, 1), AssembleOptions{FromStep: 1, ToStep: 3}, vs[2:]...)
-	if w.At(0, 0, 0) != 0 || !hasFinding(w, FindingPrefetch) {
+	if w.At(0, 0, 0) != 0 || !w.Has(FindingPrefetch) {
 		t.Errorf("data=%v findings=%q, want 0 and a prefetch finding", w.At(0, 0, 0), w.Findings)
 	}
 	if rep := analyzeOK(t, w, DefaultConfig()); !hasLabel(rep, LabelTelemetryLimited) {

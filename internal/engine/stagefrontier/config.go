@@ -53,6 +53,51 @@ type Config struct {
 	// overhead is suspected.
 	ForwardEventHighRatio float64 `json:"forward_event_high_ratio"`
 	ForwardEventLowRatio  float64 `json:"forward_event_low_ratio"`
+
+	// Leader naming gates (the headline names a straggler rank only when
+	// the evidence singles it out). On the steps where a stage's frontier
+	// advance clears the leader gap tolerances ("material" steps), the
+	// candidate must be the confident unique leader on at least
+	// LeaderMinFraction of them — most of the exposed time at that
+	// boundary waits on it — lead the runner-up by LeaderMinMargin of them
+	// — two alternating ranks or per-step noise cannot both reach it — and
+	// lead in at least LeaderMinAgreement of LeaderSubWindows consecutive
+	// sub-windows (3 of 4) — a persistent straggler, not one burst, which
+	// is what the paper's leader-switch evidence guards against. Fewer
+	// than LeaderMinSteps material steps are too few to name anyone.
+	LeaderMinSteps     int     `json:"leader_min_steps"`
+	LeaderMinFraction  float64 `json:"leader_min_fraction"`
+	LeaderMinMargin    float64 `json:"leader_min_margin"`
+	LeaderMinAgreement float64 `json:"leader_min_agreement"`
+	LeaderSubWindows   int     `json:"leader_sub_windows"`
+	// AbsorbedLagShare: the ranks "leave a stage together" when at least
+	// half of them trail its frontier by at most this share of the
+	// stage's mean material advance; then a delay in that stage is
+	// absorbed inside it (a collective or barrier) or shared by all ranks,
+	// and no rank can be localised from stage vectors. 10% is well above
+	// exit jitter after a collective and well below a straggler's lead.
+	AbsorbedLagShare float64 `json:"absorbed_lag_share"`
+	// DisplacementShare: likely_sync_wait needs per-rank displacement
+	// evidence — at least half of the ranks trail the frontier at the top
+	// stage's boundary by this share of its advance (then wait
+	// downstream). Half: most of the exposed advance is created by ranks
+	// running ahead of the typical rank, not by every rank's own work.
+	DisplacementShare float64 `json:"displacement_share"`
+	// StragglerMinShare: a named straggler's stage leads the headline
+	// (over the largest share) only when the tail it creates is at least
+	// this share of the exposed step time; a rank that is steadily 1% late
+	// is reported, not headlined.
+	StragglerMinShare float64 `json:"straggler_min_share"`
+	// ExcessMinRel and ExcessMinMS: a window's exposed step time differs
+	// materially from its reference when it moved by at least
+	// max(ExcessMinRel·reference, ExcessMinMS) per step; 10% matches the
+	// change-point verification gate (Greyhound §4.3).
+	ExcessMinRel float64 `json:"excess_min_rel"`
+	ExcessMinMS  float64 `json:"excess_min_ms"`
+	// UniformShare: against a reference, a stage's rise is a uniform
+	// slowdown when the typical rank's own time in it rose by at least
+	// this share of the frontier's rise.
+	UniformShare float64 `json:"uniform_share"`
 }
 
 // DefaultConfig returns the default gates.
@@ -74,5 +119,16 @@ func DefaultConfig() Config {
 		ModelFit:              false,
 		ForwardEventHighRatio: 0.50,
 		ForwardEventLowRatio:  0.20,
+		LeaderMinSteps:        5,
+		LeaderMinFraction:     0.5,
+		LeaderMinMargin:       0.25,
+		LeaderMinAgreement:    0.75,
+		LeaderSubWindows:      4,
+		AbsorbedLagShare:      0.10,
+		DisplacementShare:     0.5,
+		StragglerMinShare:     0.05,
+		ExcessMinRel:          0.10,
+		ExcessMinMS:           1.0,
+		UniformShare:          0.5,
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
@@ -117,13 +116,4 @@ func roleGroups(w *stagevec.Window, seen []bool) int {
 		}
 	}
 	return len(groups)
-}
-
-func hasFinding(w *stagevec.Window, prefix string) bool {
-	for _, f := range w.Findings {
-		if strings.HasPrefix(f, prefix+":") {
-			return true
-		}
-	}
-	return false
 }

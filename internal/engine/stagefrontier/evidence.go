@@ -1,5 +1,7 @@
 package stagefrontier
 
+import "slices"
+
 // rankStats turns the slack sums into per-rank lag evidence. By the slack
 // identity (StageFrontier §3 eq.3) Σ_t σ[t,r,s] = Σ_t F[t,s] − Σ_t P[t,r,s]
 // over the rank's present steps, so no per-step slack is ever stored.
@@ -12,7 +14,7 @@ func (a *analyzer) rankStats() []RankStat {
 	out := make([]RankStat, R)
 	for r := range out {
 		rs := &out[r]
-		rs.Rank, rs.Host, rs.TotalMS = r, a.w.Ranks[r].Host, c.rankTotal[r]
+		rs.Rank, rs.Host, rs.TotalMS = a.rankID(r), a.w.Ranks[r].Host, c.rankTotal[r]
 		rs.LagMS, rs.DeltaLagMS = lag[r*G:(r+1)*G:(r+1)*G], dlag[r*G:(r+1)*G:(r+1)*G]
 		rs.MeanStageMS, rs.LeadCount = mean[r*G:(r+1)*G:(r+1)*G], lead[r*G:(r+1)*G:(r+1)*G]
 		if c.nSteps[r] == 0 {
@@ -37,31 +39,16 @@ func (a *analyzer) rankStats() []RankStat {
 	return out
 }
 
-// leaderStats fills the leader-switch evidence and LeaderRank: the rank
-// most often in the tie set at the top-1 stage's boundary on steps where
-// that boundary advances (ties go to the lower rank). Switches are counted
-// at the routed boundary, between confident unique leaders only (§4,
-// App. C): the final boundary is useless for this because a step-closing
-// collective makes every rank finish together.
-func (a *analyzer) leaderStats(rep *Report) {
+// leaderSwitches counts switches between confident unique leaders at the
+// top-1 stage's boundary (§4, App. C): the final boundary is useless for
+// this because a step-closing collective makes every rank finish together.
+func (a *analyzer) leaderSwitches(rep *Report) {
 	c := &a.acct
-	g := -1
-	for i, st := range rep.Stages {
-		if st == rep.Top1 {
-			g = i
-		}
-	}
+	g := slices.Index(rep.Stages, rep.Top1)
 	if g < 0 {
 		return
 	}
-	// With accumulation a group spans several effective boundaries; use
-	// the one that advances most over the window.
-	sb := -1
-	for s := 0; s < a.S; s++ {
-		if a.group[s] == g && (sb < 0 || c.adv[s] > c.adv[sb]) {
-			sb = s
-		}
-	}
+	sb := a.boundaryOf(g)
 	last := int32(-1)
 	for t := range a.w.Steps {
 		l := c.confLeader[t*a.S+sb]
@@ -78,19 +65,6 @@ func (a *analyzer) leaderStats(rep *Report) {
 	if c.confident > 1 {
 		rep.LeaderSwitchRate = float64(c.switches) / float64(c.confident-1)
 	}
-	best, bestN := -1, int64(0)
-	for r := 0; r < a.R; r++ {
-		n := int64(0)
-		for s := 0; s < a.S; s++ {
-			if a.group[s] == g {
-				n += int64(c.leadAdv[r*a.S+s])
-			}
-		}
-		if n > bestN {
-			best, bestN = r, n
-		}
-	}
-	rep.LeaderRank = best
 }
 
 // absorption finds the downstream stage where the ranks that were behind

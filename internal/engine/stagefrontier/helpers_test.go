@@ -80,7 +80,7 @@ func randWindow(rng *rand.Rand, T, R int) *stagevec.Window {
 	return w
 }
 
-func hasLabel(rep *Report, name string) bool {
+func hasLabel(rep *Report, name LabelName) bool {
 	for _, l := range rep.Labels {
 		if l.Name == name {
 			return true
@@ -89,8 +89,8 @@ func hasLabel(rep *Report, name string) bool {
 	return false
 }
 
-func labelNames(rep *Report) []string {
-	var out []string
+func labelNames(rep *Report) []LabelName {
+	var out []LabelName
 	for _, l := range rep.Labels {
 		out = append(out, l.Name)
 	}

@@ -12,14 +12,39 @@ import (
 // Label axes (StageFrontier App. B Table 12): labels are orthogonal
 // evidence axes, not a confidence ladder.
 const (
-	AxisAccounting = "accounting"
-	AxisModelFit   = "model_fit"
-	AxisDirectGain = "direct_gain"
-	AxisDevice     = "device_evidence"
-	AxisAmbiguity  = "ambiguity"
-	AxisRole       = "role_clarity"
-	AxisTelemetry  = "telemetry"
+	AxisAccounting Axis = "accounting"
+	AxisModelFit   Axis = "model_fit"
+	AxisDirectGain Axis = "direct_gain"
+	AxisDevice     Axis = "device_evidence"
+	AxisAmbiguity  Axis = "ambiguity"
+	AxisRole       Axis = "role_clarity"
+	AxisTelemetry  Axis = "telemetry"
 )
+
+// labeler holds what the App. B labeler derives once from the report and
+// the analyzer; each label family is one method on it.
+type labeler struct {
+	rep *Report
+	a   *analyzer
+	cfg Config
+	out []Label
+
+	limited   []string // telemetry gates that failed (App. A Table 11)
+	roleAware bool
+	accum     bool
+	collapsed int
+
+	rt                   routed // frontier shares on schema stages
+	top1                 int
+	top1Share, top2Share float64
+	gainBest             []float64 // max of the two §4 eq.4 baselines
+	gainRatio            float64   // G/A of the top-1 stage
+	gr                   routed    // stages ranked by gain
+
+	dominant, lowGain, nearTie, gainTie, highSwitch bool
+	// strong: telemetry, role and denominator gates all pass (App. C).
+	strong bool
+}
 
 // label runs the deterministic labeler of App. B with the gates of App. C.
 // Strong labels (model fit, direct gain, device support) are emitted only
@@ -27,15 +52,27 @@ const (
 // (co_critical, gradient_accumulation_ambiguous, role_aware_needed,
 // telemetry_limited, forward_event_scope_limited) explain why not.
 func label(rep *Report, a *analyzer) {
-	cfg, q := a.cfg, rep.Quality
-	var out []Label
-	add := func(name, axis, stage, format string, args ...any) {
-		out = append(out, Label{Name: name, Axis: axis, Stage: stage, Reason: fmt.Sprintf(format, args...)})
-	}
+	l := &labeler{rep: rep, a: a, cfg: a.cfg}
+	l.telemetryGates()
+	l.shares()
+	l.accounting()
+	l.modelFit()
+	l.directExposure()
+	l.out = append(l.out, a.forwardLabels(rep, l.strong)...)
+	l.coCritical()
+	l.downgrades()
+	rep.Labels = l.out
+}
 
-	// Telemetry gates (App. A Table 11, App. C Table 13).
-	var limited []string
-	lim := func(format string, args ...any) { limited = append(limited, fmt.Sprintf(format, args...)) }
+func (l *labeler) add(name LabelName, axis Axis, stage, format string, args ...any) {
+	l.out = append(l.out, Label{Name: name, Axis: axis, Stage: stage, Reason: fmt.Sprintf(format, args...)})
+}
+
+// telemetryGates collects the App. A Table 11 / App. C Table 13 telemetry
+// failures and the role and accumulation conditions.
+func (l *labeler) telemetryGates() {
+	cfg, q, a := l.cfg, l.rep.Quality, l.a
+	lim := func(format string, args ...any) { l.limited = append(l.limited, fmt.Sprintf(format, args...)) }
 	if q.MaxClosureShare > cfg.ClosureResidualShare {
 		lim("closure residual share %.3f > gate %.3f", q.MaxClosureShare, cfg.ClosureResidualShare)
 	}
@@ -54,139 +91,172 @@ func label(rep *Report, a *analyzer) {
 	if q.Nested > 0 {
 		lim("%d nested ordered spans rejected (one-active-stage check)", q.Nested)
 	}
-	if hasFinding(a.w, FindingDuplicate) {
+	if a.w.Has(FindingDuplicate) {
 		lim("duplicate (step,rank,micro) vectors")
 	}
-	if hasFinding(a.w, FindingPrefetch) {
+	if a.w.Has(FindingPrefetch) {
 		lim("prefetched data waits fetched before the window could not be reassigned")
 	}
-	roleAware := q.RoleGroups > 1
-	collapsed := a.collapsedCells()
-	accum := a.K > 1 && (collapsed > 0 || hasFinding(a.w, FindingAccumulation))
+	l.roleAware = q.RoleGroups > 1
+	l.collapsed = a.collapsedCells()
+	l.accum = a.K > 1 && (l.collapsed > 0 || a.w.Has(FindingAccumulation))
+}
 
-	// Frontier shares and gains on schema stages.
-	rt := route(rep.Stages, rep.AdvanceMS, cfg.CandidateThreshold)
-	top1 := slices.Index(rep.Stages, rep.Top1)
-	var top1Share, top2Share float64
-	if top1 >= 0 {
-		top1Share = rt.Share[top1]
-		if len(rt.Order) > 1 {
-			top2Share = rt.Share[rt.Order[1]]
+// shares derives the frontier and gain rankings the model-fit and
+// ambiguity labels read (§4, App. C).
+func (l *labeler) shares() {
+	rep, cfg := l.rep, l.cfg
+	l.rt = route(rep.Stages, rep.AdvanceMS, cfg.CandidateThreshold)
+	l.top1 = slices.Index(rep.Stages, rep.Top1)
+	if l.top1 >= 0 {
+		l.top1Share = l.rt.Share[l.top1]
+		if len(l.rt.Order) > 1 {
+			l.top2Share = l.rt.Share[l.rt.Order[1]]
 		}
 	}
-	gainBest := make([]float64, len(rep.Stages))
-	for g := range gainBest {
-		gainBest[g] = max(rep.GainMS[BaselineRankMedian][g], rep.GainMS[BaselineCohortMedian][g])
+	l.gainBest = make([]float64, len(rep.Stages))
+	for g := range l.gainBest {
+		l.gainBest[g] = max(rep.GainMS[BaselineRankMedian][g], rep.GainMS[BaselineCohortMedian][g])
 	}
-	gainRatio := 0.0
-	if top1 >= 0 && rep.AdvanceMS[top1] > 0 {
-		gainRatio = gainBest[top1] / rep.AdvanceMS[top1]
+	if l.top1 >= 0 && rep.AdvanceMS[l.top1] > 0 {
+		l.gainRatio = l.gainBest[l.top1] / rep.AdvanceMS[l.top1]
 	}
-	gr := route(rep.Stages, gainBest, 1)
+	l.gr = route(rep.Stages, l.gainBest, 1)
+	l.dominant = l.top1 >= 0 && l.top1Share >= cfg.DominanceShare
+	l.lowGain = l.gainRatio < cfg.StaticGainThreshold
+	l.nearTie = len(l.rt.Order) > 1 && l.top1Share-l.top2Share <= cfg.TieTolerance
+	if len(l.gr.Order) > 1 && rep.ExposedMS > 0 {
+		g1, g2 := l.gainBest[l.gr.Order[0]]/rep.ExposedMS, l.gainBest[l.gr.Order[1]]/rep.ExposedMS
+		l.gainTie = g2 >= cfg.TieTolerance && g1-g2 <= cfg.TieTolerance
+	}
+	l.highSwitch = l.a.acct.confident > 1 && rep.LeaderSwitchRate > cfg.LeaderSwitchRate
+	l.strong = len(l.limited) == 0 && !l.roleAware && !l.accum && !rep.RawOnly && l.top1 >= 0
+}
 
-	dominant := top1 >= 0 && top1Share >= cfg.DominanceShare
-	lowGain := gainRatio < cfg.StaticGainThreshold
-	nearTie := len(rt.Order) > 1 && top1Share-top2Share <= cfg.TieTolerance
-	gainTie := false
-	if len(gr.Order) > 1 && rep.ExposedMS > 0 {
-		g1, g2 := gainBest[gr.Order[0]]/rep.ExposedMS, gainBest[gr.Order[1]]/rep.ExposedMS
-		gainTie = g2 >= cfg.TieTolerance && g1-g2 <= cfg.TieTolerance
-	}
-	highSwitch := a.acct.confident > 1 && rep.LeaderSwitchRate > cfg.LeaderSwitchRate
-	strong := len(limited) == 0 && !roleAware && !accum && !rep.RawOnly && top1 >= 0
-	topName := rep.Top1
-
-	// frontier_accounting: the base claim (Theorem 1).
+// accounting emits frontier_accounting, the base claim (Theorem 1).
+func (l *labeler) accounting() {
+	rep, a := l.rep, l.a
 	raw := ""
 	if rep.RawOnly {
-		raw = fmt.Sprintf("; denominator %.3f ms below floor %.3f ms, raw advances only", rep.ExposedMS, cfg.DenominatorFloorMS)
+		raw = fmt.Sprintf("; denominator %.3f ms below floor %.3f ms, raw advances only", rep.ExposedMS, l.cfg.DenominatorFloorMS)
 	}
-	add(LabelFrontierAccounting, AxisAccounting, "", "advances sum to %.3f ms = exposed makespan Σ_t F[t,S] %.3f ms over %d steps × %d ranks (telescoping error %.2g ms)%s",
+	l.add(LabelFrontierAccounting, AxisAccounting, "", "advances sum to %.3f ms = exposed makespan Σ_t F[t,S] %.3f ms over %d steps × %d ranks (telescoping error %.2g ms)%s",
 		sumOf(rep.AdvanceMS), rep.ExposedMS, a.T, a.R, rep.TelescopeErrMS, raw)
+}
 
-	absorb, absorbMS, lagAtTop := -1, 0.0, 0.0
-	if top1 >= 0 {
-		absorb, absorbMS, lagAtTop = absorption(rep, top1)
+// modelFit emits likely_sync_wait and sync_wait_dependent (App. B model-fit
+// axis). likely_sync_wait needs per-rank displacement evidence: at least
+// half of the ranks trail the frontier at the top stage's boundary by a
+// material share of its advance, and that lag is absorbed downstream. A
+// leading share alone (every rank slow alike) is no wait displacement.
+func (l *labeler) modelFit() {
+	rep, cfg := l.rep, l.cfg
+	if !l.strong || !l.dominant || !cfg.ModelFit {
+		return
 	}
-	if strong && dominant && cfg.ModelFit && !nearTie && absorb >= 0 && lagAtTop > 0 && absorbMS >= 0.5*lagAtTop {
-		add(LabelLikelySyncWait, AxisModelFit, topName, "%s leads with share %.3f ≥ %.2f; ranks behind at its boundary (Σ lag %.1f ms) catch up %.1f ms in %s, the wait-displacement pattern; model_fit=true",
-			topName, top1Share, cfg.DominanceShare, lagAtTop, absorbMS, rep.Stages[absorb])
+	top := rep.Stages[l.top1]
+	if !l.nearTie {
+		absorb, absorbMS, lagAtTop := absorption(rep, l.top1)
+		ev := rep.Evidence[l.top1]
+		displaced := ev.AdvanceMS > 0 && ev.TypicalLagMS >= cfg.DisplacementShare*ev.AdvanceMS
+		if displaced && absorb >= 0 && lagAtTop > 0 && absorbMS >= 0.5*lagAtTop {
+			l.add(LabelLikelySyncWait, AxisModelFit, top, "%s leads with share %.3f ≥ %.2f; at least half of the ranks trail its boundary by %.1f ms/step (≥ %.0f%% of its %.1f ms advance) and catch up %.1f ms in %s, the wait-displacement pattern; model_fit=true",
+				top, l.top1Share, cfg.DominanceShare, ev.TypicalLagMS, 100*cfg.DisplacementShare, ev.AdvanceMS, absorbMS/float64(rep.NumSteps), rep.Stages[absorb])
+		}
 	}
-	if strong && dominant && lowGain && cfg.ModelFit {
-		add(LabelSyncWaitDependent, AxisModelFit, topName, "%s share %.3f ≥ %.2f but clipped gain/advance %.3f < %.2f; actionability depends on the sync-wait model (model_fit=true)",
-			topName, top1Share, cfg.DominanceShare, gainRatio, cfg.StaticGainThreshold)
+	if l.lowGain {
+		l.add(LabelSyncWaitDependent, AxisModelFit, top, "%s share %.3f ≥ %.2f but clipped gain/advance %.3f < %.2f; actionability depends on the sync-wait model (model_fit=true)",
+			top, l.top1Share, cfg.DominanceShare, l.gainRatio, cfg.StaticGainThreshold)
+	}
+}
+
+// directExposure emits direct_exposure when raw spread, frontier share and
+// clipped static gain agree (App. B direct-gain axis).
+func (l *labeler) directExposure() {
+	rep, cfg := l.rep, l.cfg
+	if !l.strong || !l.dominant || l.lowGain || l.nearTie {
+		return
 	}
 	agree := ""
 	for _, b := range rep.Baselines {
-		if (b.Method == MethodPerStageMax || b.Method == MethodRankSpread) && b.Top1 == topName && agree == "" {
+		if (b.Method == MethodPerStageMax || b.Method == MethodRankSpread) && b.Top1 == rep.Top1 && agree == "" {
 			agree = b.Method
 		}
 	}
-	if strong && dominant && !lowGain && !nearTie && agree != "" {
-		add(LabelDirectExposure, AxisDirectGain, topName, "%s share %.3f ≥ %.2f, clipped gain/advance %.3f ≥ %.2f, and %s also ranks it first",
-			topName, top1Share, cfg.DominanceShare, gainRatio, cfg.StaticGainThreshold, agree)
+	if agree != "" {
+		l.add(LabelDirectExposure, AxisDirectGain, rep.Top1, "%s share %.3f ≥ %.2f, clipped gain/advance %.3f ≥ %.2f, and %s also ranks it first",
+			rep.Top1, l.top1Share, cfg.DominanceShare, l.gainRatio, cfg.StaticGainThreshold, agree)
 	}
+}
 
-	out = append(out, a.forwardLabels(rep, strong && len(limited) == 0)...)
+// coCritical emits co_critical with its ambiguity set: near ties, low gain
+// without model fit, or unstable leaders (App. C).
+func (l *labeler) coCritical() {
+	rep, cfg := l.rep, l.cfg
+	if rep.RawOnly || l.top1 < 0 {
+		return
+	}
+	top := rep.Top1
+	var why []string
+	set := map[int]bool{}
+	if l.nearTie {
+		why = append(why, fmt.Sprintf("top shares %.3f and %.3f within tie tolerance %.3f", l.top1Share, l.top2Share, cfg.TieTolerance))
+		for _, g := range l.rt.Order {
+			if l.top1Share-l.rt.Share[g] <= cfg.TieTolerance {
+				set[g] = true
+			}
+		}
+	}
+	if l.gainTie {
+		g0 := l.gainBest[l.gr.Order[0]]
+		why = append(why, fmt.Sprintf("top clipped gains %.1f and %.1f ms within tie tolerance of the exposed makespan", g0, l.gainBest[l.gr.Order[1]]))
+		for _, g := range l.gr.Order {
+			if (g0-l.gainBest[g])/rep.ExposedMS <= cfg.TieTolerance {
+				set[g] = true
+			}
+		}
+	}
+	if l.dominant && l.lowGain && !cfg.ModelFit {
+		why = append(why, fmt.Sprintf("%s share %.3f ≥ %.2f but clipped gain/advance %.3f < %.2f with model_fit=false", top, l.top1Share, cfg.DominanceShare, l.gainRatio, cfg.StaticGainThreshold))
+		set[l.top1] = true
+		if len(l.gr.Order) > 0 {
+			set[l.gr.Order[0]] = true
+		}
+		if absorb, _, _ := absorption(rep, l.top1); absorb >= 0 {
+			set[absorb] = true
+		}
+		if len(set) == 1 && len(l.rt.Order) > 1 {
+			set[l.rt.Order[1]] = true
+		}
+	}
+	if l.highSwitch {
+		why = append(why, fmt.Sprintf("leader switch rate %.2f > %.2f over %d confident steps", rep.LeaderSwitchRate, cfg.LeaderSwitchRate, l.a.acct.confident))
+		set[l.top1] = true
+	}
+	if len(why) > 0 {
+		rep.CoCriticalStages = orderedSet(set, l.rt.Order, rep.Stages)
+		l.add(LabelCoCritical, AxisAmbiguity, "", "%s; ambiguity set {%s}", strings.Join(why, "; "), strings.Join(rep.CoCriticalStages, ", "))
+	}
+}
 
-	// co_critical: near ties, low gain without model fit, or unstable leaders (App. C).
-	if !rep.RawOnly && top1 >= 0 {
-		var why []string
-		set := map[int]bool{}
-		if nearTie {
-			why = append(why, fmt.Sprintf("top shares %.3f and %.3f within tie tolerance %.3f", top1Share, top2Share, cfg.TieTolerance))
-			for _, g := range rt.Order {
-				if top1Share-rt.Share[g] <= cfg.TieTolerance {
-					set[g] = true
-				}
-			}
-		}
-		if gainTie {
-			why = append(why, fmt.Sprintf("top clipped gains %.1f and %.1f ms within tie tolerance of the exposed makespan", gainBest[gr.Order[0]], gainBest[gr.Order[1]]))
-			for _, g := range gr.Order {
-				if (gainBest[gr.Order[0]]-gainBest[g])/rep.ExposedMS <= cfg.TieTolerance {
-					set[g] = true
-				}
-			}
-		}
-		if dominant && lowGain && !cfg.ModelFit {
-			why = append(why, fmt.Sprintf("%s share %.3f ≥ %.2f but clipped gain/advance %.3f < %.2f with model_fit=false", topName, top1Share, cfg.DominanceShare, gainRatio, cfg.StaticGainThreshold))
-			set[top1] = true
-			if len(gr.Order) > 0 {
-				set[gr.Order[0]] = true
-			}
-			if absorb >= 0 {
-				set[absorb] = true
-			}
-			if len(set) == 1 && len(rt.Order) > 1 {
-				set[rt.Order[1]] = true
-			}
-		}
-		if highSwitch {
-			why = append(why, fmt.Sprintf("leader switch rate %.2f > %.2f over %d confident steps", rep.LeaderSwitchRate, cfg.LeaderSwitchRate, a.acct.confident))
-			set[top1] = true
-		}
-		if len(why) > 0 {
-			rep.CoCriticalStages = orderedSet(set, rt.Order, rep.Stages)
-			add(LabelCoCritical, AxisAmbiguity, "", "%s; ambiguity set {%s}", strings.Join(why, "; "), strings.Join(rep.CoCriticalStages, ", "))
-		}
+// downgrades emits the accumulation, role and telemetry downgrade labels.
+func (l *labeler) downgrades() {
+	if l.accum {
+		l.add(LabelGradAccumAmbiguous, AxisAmbiguity, "", "accumulation factor %d: %d (step,rank) cells have collapsed or missing microsteps; data/backward displacement cannot be separated", l.a.K, l.collapsed)
 	}
-	if accum {
-		add(LabelGradAccumAmbiguous, AxisAmbiguity, "", "accumulation factor %d: %d (step,rank) cells have collapsed or missing microsteps; data/backward displacement cannot be separated", a.K, collapsed)
+	if l.roleAware {
+		l.add(LabelRoleAwareNeeded, AxisRole, "", "%d role groups (pipeline stage, role name) among reporting ranks; a global frontier across them is unsafe", l.rep.Quality.RoleGroups)
 	}
-	if roleAware {
-		add(LabelRoleAwareNeeded, AxisRole, "", "%d role groups (pipeline stage, role name) among reporting ranks; a global frontier across them is unsafe", q.RoleGroups)
+	if len(l.limited) > 0 {
+		l.add(LabelTelemetryLimited, AxisTelemetry, "", "%s; strong labels suppressed", strings.Join(l.limited, "; "))
 	}
-	if len(limited) > 0 {
-		add(LabelTelemetryLimited, AxisTelemetry, "", "%s; strong labels suppressed", strings.Join(limited, "; "))
-	}
-	rep.Labels = out
 }
 
 // forwardLabels reads the sampled CUDA-event forward channel (§5, App. B).
 // The event/CPU ratio is taken on the rank that most often advances the
 // forward boundary, where the frontier points, falling back to all ranks.
 func (a *analyzer) forwardLabels(rep *Report, strong bool) []Label {
+	// strong already requires every telemetry gate to pass.
 	cfg := a.cfg
 	fwd := a.w.Schema.Index(stagevec.StageForward)
 	all := a.events(-1)
@@ -204,7 +274,7 @@ func (a *analyzer) forwardLabels(rep *Report, strong bool) []Label {
 	ev, scope := all, "all ranks"
 	if r := a.boundaryLeader(fwd); r >= 0 {
 		if e := a.events(r); e.ready >= cfg.MinEventSamples {
-			ev, scope = e, fmt.Sprintf("forward-leading rank %d", r)
+			ev, scope = e, fmt.Sprintf("forward-leading rank %d", a.rankID(r))
 		}
 	}
 	ratio := ev.ratio()

@@ -40,7 +40,7 @@ func TestSyncWaitFixture(t *testing.T) {
 			t.Errorf("LeaderRank = %d, want 1", rep.LeaderRank)
 		}
 		if fit {
-			for _, l := range []string{LabelLikelySyncWait, LabelSyncWaitDependent} {
+			for _, l := range []LabelName{LabelLikelySyncWait, LabelSyncWaitDependent} {
 				if !hasLabel(rep, l) {
 					t.Errorf("model_fit=true: missing %s in %v", l, labelNames(rep))
 				}
@@ -92,8 +92,8 @@ func TestDowngradeLabels(t *testing.T) {
 		name   string
 		job    func() *signal.Job
 		vecs   func() []*stagevec.Vector
-		want   string
-		absent string
+		want   LabelName
+		absent LabelName
 		co     []string
 	}{
 		{
@@ -184,12 +184,12 @@ func TestForwardLabels(t *testing.T) {
 		name            string
 		fwd, bwd, event float64
 		ready           bool
-		want            []string
-		absent          []string
+		want            []LabelName
+		absent          []LabelName
 	}{
-		{"device supported + spillover", 20, 60, 40, true, []string{LabelForwardDeviceSupported, LabelForwardSpillover}, []string{LabelForwardHostOverhead}},
-		{"host overhead", 60, 20, 2, true, []string{LabelForwardHostOverhead}, []string{LabelForwardDeviceSupported, LabelForwardSpillover}},
-		{"scope limited", 20, 60, 40, false, []string{LabelForwardEventScopeLimits}, []string{LabelForwardDeviceSupported, LabelForwardHostOverhead}},
+		{"device supported + spillover", 20, 60, 40, true, []LabelName{LabelForwardDeviceSupported, LabelForwardSpillover}, []LabelName{LabelForwardHostOverhead}},
+		{"host overhead", 60, 20, 2, true, []LabelName{LabelForwardHostOverhead}, []LabelName{LabelForwardDeviceSupported, LabelForwardSpillover}},
+		{"scope limited", 20, 60, 40, false, []LabelName{LabelForwardEventScopeLimits}, []LabelName{LabelForwardDeviceSupported, LabelForwardHostOverhead}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,7 +36,7 @@ func (a *analyzer) quality() Quality {
 	for r := 0; r < R; r++ {
 		seen[r] = a.acct.nSteps[r] > 0
 		if !seen[r] {
-			q.MissingRanks = append(q.MissingRanks, r)
+			q.MissingRanks = append(q.MissingRanks, a.rankID(r))
 			continue
 		}
 		if wall[r] > 0 {

@@ -3,7 +3,7 @@ package stagevec
 import "github.com/laggard-dev/laggard/internal/signal"
 
 // Window is the dense rank×step×stage matrix an analysis engine consumes.
-// It is built by frontier.Assemble from stored StageVectors after the
+// It is built by stagefrontier.Assembler from stored StageVectors after the
 // contract checks, accumulation expansion and prefetch reassignment.
 //
 // Layout is step-major so engines can stream one step at a time:
@@ -36,8 +36,25 @@ type Window struct {
 	// Nested is the count of rejected nested ordered spans in the window.
 	Nested int64 `json:"nested"`
 	// Findings are contract-check results found while assembling (App. A
-	// Table 11), in human-readable form.
-	Findings []string `json:"findings,omitempty"`
+	// Table 11).
+	Findings []Finding `json:"findings,omitempty"`
+}
+
+// Finding is one contract-check result: Check names the check (a
+// constant of the engine that ran it), Detail says what was found.
+type Finding struct {
+	Check  string `json:"check"`
+	Detail string `json:"detail"`
+}
+
+// Has reports whether a finding of check is present.
+func (w *Window) Has(check string) bool {
+	for _, f := range w.Findings {
+		if f.Check == check {
+			return true
+		}
+	}
+	return false
 }
 
 // ProbeColumn is a sparse side-channel column over the window, len T*R.

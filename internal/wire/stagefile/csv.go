@@ -15,52 +15,81 @@ import (
 // step,rank,micro,<stage...>,wall_ms[,data_lead][,dropped]. Stage columns
 // are taken in header order; if the residual step.other_cpu_wall column is
 // absent it is derived from wall_ms. The world size is inferred from the
-// largest rank, so rows are buffered before sink sees them.
+// largest rank, so rows are buffered before sink sees them (ReadFiles
+// rescans a file instead). Gzip-compressed input is detected by its magic
+// bytes and decompressed.
 func ReadCSV(r io.Reader, jobID string, sink Sink) (*signal.Job, error) {
-	cr := csv.NewReader(r)
+	return read([]source{readerSource(r, CSV)}, jobID, sink)
+}
+
+type csvDecoder struct {
+	in   *stickyReader
+	cr   *csv.Reader
+	cols *csvColumns
+	last int // line of the last record read
+}
+
+func newCSVDecoder(in *stickyReader) *csvDecoder {
+	cr := csv.NewReader(in)
 	cr.ReuseRecord = true
 	cr.Comment = '#'
-	head, err := cr.Read()
-	if err != nil {
-		return nil, &LineError{1, fmt.Errorf("reading header: %w", err)}
+	return &csvDecoder{in: in, cr: cr}
+}
+
+// header reads the column header; the job it returns has only a schema:
+// CSV carries no id, world size or accumulation.
+func (d *csvDecoder) header() (*signal.Job, int, error) {
+	head, err := d.cr.Read()
+	if err == io.EOF {
+		return nil, 0, errNoHeader
 	}
-	cols, err := parseHeader(head)
 	if err != nil {
-		return nil, &LineError{1, err}
+		return nil, 0, d.fail(1, fmt.Errorf("reading header: %w", err))
 	}
-	job := &signal.Job{ID: jobID, Schema: signal.Schema{Version: stagevec.DefaultSchemaVersion, Stages: cols.stages}}
+	line, _ := d.cr.FieldPos(0)
+	d.last = line
+	if d.cols, err = parseHeader(head); err != nil {
+		return nil, 0, &LineError{line, err}
+	}
+	job := &signal.Job{Schema: signal.Schema{Version: stagevec.DefaultSchemaVersion, Stages: d.cols.stages}}
 	if err := job.Schema.Validate(); err != nil {
-		return nil, &LineError{1, err}
+		return nil, 0, &LineError{line, err}
 	}
-	var vs []stagevec.Vector
-	for {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			// csv.ParseError already names its line; FieldPos is only
-			// valid after a successful Read.
-			return nil, err
-		}
-		line, _ := cr.FieldPos(0)
-		v, err := cols.parse(rec)
-		if err != nil {
-			return nil, &LineError{line, err}
-		}
-		if v.Rank < 0 || v.Rank >= signal.MaxWorldSize {
-			return nil, &LineError{line, &signal.FieldError{Field: "rank", Msg: fmt.Sprintf("out of range: %d", v.Rank)}}
-		}
-		job.Accumulation = max(job.Accumulation, v.Micro+1)
-		vs = append(vs, v)
+	return job, line, nil
+}
+
+func (d *csvDecoder) next() (*stagevec.Vector, int, error) {
+	rec, err := d.cr.Read()
+	if err == io.EOF {
+		return nil, 0, io.EOF
 	}
-	if job.Accumulation == 1 {
-		job.Accumulation = 0
+	if err != nil {
+		// csv.ParseError already names its line; FieldPos is only
+		// valid after a successful Read.
+		return nil, 0, d.fail(0, err)
 	}
-	if err := flushInferred(job, vs, sink); err != nil {
-		return nil, err
+	line, _ := d.cr.FieldPos(0)
+	d.last = line
+	v, err := d.cols.parse(rec)
+	if err != nil {
+		return nil, 0, d.fail(line, err)
 	}
-	return job, nil
+	return &v, line, nil
+}
+
+// fail prefers a read error (a truncated gzip stream) over the parse error
+// it caused.
+func (d *csvDecoder) fail(line int, err error) error {
+	if d.in.err != nil {
+		err = d.in.err
+		if line == 0 {
+			line = d.last + 1
+		}
+	}
+	if line == 0 {
+		return err
+	}
+	return &LineError{line, err}
 }
 
 type csvColumns struct {

@@ -51,99 +51,95 @@ func (s Sink) vector(v *stagevec.Vector) error {
 // ReadJSONL decodes a JSONL stage matrix into sink and returns the job.
 // The header's job is validated and handed to sink.Job before any vector.
 // If the header omits world_size, vectors are buffered and the world size
-// is inferred from the largest rank seen.
+// is inferred from the largest rank seen. Gzip-compressed input is
+// detected by its magic bytes and decompressed.
 func ReadJSONL(r io.Reader, sink Sink) (*signal.Job, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
-	line := 0
-	var job *signal.Job
-	var pending []stagevec.Vector // only when world_size must be inferred
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		if job == nil {
-			var h header
-			if err := strictUnmarshal(b, &h); err != nil {
-				return nil, &LineError{line, fmt.Errorf("header: %w", err)}
-			}
-			if h.Job == nil {
-				return nil, &LineError{line, fmt.Errorf(`first line must be {"job": {...}}`)}
-			}
-			job = h.Job
-			if job.Schema.Version == "" && len(job.Schema.Stages) == 0 {
-				job.Schema = stagevec.DefaultSchema()
-			}
-			if job.WorldSize > 0 {
-				if err := job.Validate(); err != nil {
-					return nil, &LineError{line, err}
-				}
-				if err := sink.job(job); err != nil {
-					return nil, err
-				}
-			} else if err := job.Schema.Validate(); err != nil {
-				return nil, &LineError{line, err}
-			}
-			continue
-		}
-		var v stagevec.Vector
-		if err := strictUnmarshal(b, &v); err != nil {
-			return nil, &LineError{line, err}
-		}
-		if job.WorldSize == 0 {
-			if v.Rank < 0 || v.Rank >= signal.MaxWorldSize {
-				return nil, &LineError{line, &signal.FieldError{Field: "rank", Msg: fmt.Sprintf("out of range: %d", v.Rank)}}
-			}
-			pending = append(pending, v)
-			continue
-		}
-		if err := v.Validate(job); err != nil {
-			return nil, &LineError{line, err}
-		}
-		if err := sink.vector(&v); err != nil {
-			return nil, err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, &LineError{line + 1, err}
-	}
-	if job == nil {
-		return nil, fmt.Errorf("empty stage matrix: no job header")
-	}
-	if job.WorldSize == 0 {
-		if err := flushInferred(job, pending, sink); err != nil {
-			return nil, err
-		}
-	}
-	return job, nil
+	return read([]source{readerSource(r, JSONL)}, "", sink)
 }
 
-// flushInferred sets the world size from the vectors seen, validates them
-// and hands them to fn.
-func flushInferred(job *signal.Job, vs []stagevec.Vector, sink Sink) error {
-	for _, v := range vs {
-		job.WorldSize = max(job.WorldSize, v.Rank+1)
-	}
-	if job.WorldSize == 0 {
-		job.WorldSize = 1
-	}
-	if err := job.Validate(); err != nil {
-		return err
-	}
-	if err := sink.job(job); err != nil {
-		return err
-	}
-	for i := range vs {
-		if err := vs[i].Validate(job); err != nil {
-			return fmt.Errorf("vector %d (step %d rank %d): %w", i, vs[i].Step, vs[i].Rank, err)
+// jsonlDecoder reads a {"job": ...} header line, then one vector per line.
+type jsonlDecoder struct {
+	in      *stickyReader
+	sc      *bufio.Scanner
+	line    int
+	partial bool // the last token had no newline: maybe cut by a read error
+}
+
+func newJSONLDecoder(in *stickyReader) *jsonlDecoder {
+	d := &jsonlDecoder{in: in, sc: bufio.NewScanner(in)}
+	d.sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	d.sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		adv, tok, err := bufio.ScanLines(data, atEOF)
+		d.partial = tok != nil && atEOF && bytes.IndexByte(data[:adv], '\n') < 0
+		return adv, tok, err
+	})
+	return d
+}
+
+// nextLine returns the next non-blank line, or io.EOF.
+func (d *jsonlDecoder) nextLine() ([]byte, error) {
+	for d.sc.Scan() {
+		d.line++
+		if b := bytes.TrimSpace(d.sc.Bytes()); len(b) > 0 {
+			return b, nil
 		}
-		if err := sink.vector(&vs[i]); err != nil {
-			return err
-		}
 	}
-	return nil
+	if err := d.sc.Err(); err != nil {
+		return nil, &LineError{d.line + 1, err}
+	}
+	return nil, io.EOF
+}
+
+// fail reports err for the current line, unless the line is the tail a
+// read error cut short: then the read error is the real cause.
+func (d *jsonlDecoder) fail(err error) error {
+	if d.partial && d.in.err != nil {
+		err = d.in.err
+	}
+	return &LineError{d.line, err}
+}
+
+func (d *jsonlDecoder) header() (*signal.Job, int, error) {
+	b, err := d.nextLine()
+	if err == io.EOF {
+		return nil, 0, errNoHeader
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var h header
+	if err := strictUnmarshal(b, &h); err != nil {
+		return nil, 0, d.fail(fmt.Errorf("header: %w", err))
+	}
+	if h.Job == nil {
+		return nil, 0, d.fail(fmt.Errorf(`first line must be {"job": {...}}`))
+	}
+	job := h.Job
+	if job.Schema.Version == "" && len(job.Schema.Stages) == 0 {
+		job.Schema = stagevec.DefaultSchema()
+	}
+	// Validate all a header can settle on its own; without world_size the
+	// rank descriptions are checked once it is inferred.
+	chk := *job
+	if chk.WorldSize == 0 {
+		chk.WorldSize = signal.MaxWorldSize
+	}
+	if err := chk.Validate(); err != nil {
+		return nil, 0, &LineError{d.line, err}
+	}
+	return job, d.line, nil
+}
+
+func (d *jsonlDecoder) next() (*stagevec.Vector, int, error) {
+	b, err := d.nextLine()
+	if err != nil {
+		return nil, 0, err
+	}
+	v := new(stagevec.Vector)
+	if err := strictUnmarshal(b, v); err != nil {
+		return nil, 0, d.fail(err)
+	}
+	return v, d.line, nil
 }
 
 func strictUnmarshal(b []byte, v any) error {

@@ -1,0 +1,292 @@
+package stagefrontier
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// boundaryOf returns the effective boundary that reports schema stage g:
+// the stage itself, or with accumulation the microstep boundary of g that
+// advances most over the window.
+func (a *analyzer) boundaryOf(g int) int {
+	sb := -1
+	for s := 0; s < a.S; s++ {
+		if a.group[s] == g && (sb < 0 || a.acct.adv[s] > a.acct.adv[sb]) {
+			sb = s
+		}
+	}
+	return sb
+}
+
+// rankID maps a window position to the rank's global id.
+func (a *analyzer) rankID(r int) int {
+	if r < 0 {
+		return r
+	}
+	return a.w.Ranks[r].Rank
+}
+
+func (a *analyzer) host(r int) string {
+	if r < 0 {
+		return ""
+	}
+	return a.w.Ranks[r].Host
+}
+
+// meanLag is rank r's mean slack at effective boundary s over its present
+// steps: Σ_t σ[t,r,s] = Σ_t F[t,s] − Σ_t P[t,r,s] (§3 eq.3).
+func (a *analyzer) meanLag(r, s int) (float64, bool) {
+	c := &a.acct
+	if c.nSteps[r] == 0 {
+		return 0, false
+	}
+	f := c.fsum[s]
+	if c.missF != nil {
+		f -= c.missF[r*a.S+s]
+	}
+	return max(f-c.sumP[r*a.S+s], 0) / float64(c.nSteps[r]), true
+}
+
+// typicalLag is the upper median over present ranks of the mean slack at
+// boundary s: at least half of the ranks trail the frontier by at least
+// this much. s < 0 (before the first stage) is 0.
+func (a *analyzer) typicalLag(s int, buf []float64) float64 {
+	if s < 0 {
+		return 0
+	}
+	buf = buf[:0]
+	for r := 0; r < a.R; r++ {
+		if l, ok := a.meanLag(r, s); ok {
+			buf = append(buf, l)
+		}
+	}
+	return upperMedian(buf)
+}
+
+// upperMedian sorts xs and returns its element ⌊n/2⌋ (0 when empty).
+func upperMedian(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+// stageEvidence computes, for every schema stage, the exposed tail and the
+// leader gate at its boundary.
+func (a *analyzer) stageEvidence(rep *Report) []StageEvidence {
+	out := make([]StageEvidence, a.G)
+	buf := make([]float64, 0, a.R)
+	typ := make([]float64, 0, a.R)
+	for g := range out {
+		sb := a.boundaryOf(g)
+		ev := &out[g]
+		ev.Stage = rep.Stages[g]
+		ev.TypicalLagMS = a.typicalLag(sb, buf)
+		ev.TailMS = ev.TypicalLagMS - a.typicalLag(sb-1, buf)
+		typ = typ[:0]
+		for r, rs := range rep.Ranks { // window order
+			if a.acct.nSteps[r] > 0 {
+				typ = append(typ, rs.MeanStageMS[g])
+			}
+		}
+		ev.TypicalStageMS = upperMedian(typ)
+		ev.AdvanceMS = rep.AdvanceMS[g] / float64(a.T)
+		ev.Leader = a.leaderEvidence(g, sb, ev.TypicalLagMS)
+	}
+	return out
+}
+
+// leaderEvidence applies the leader gate at boundary sb of schema stage g.
+//
+// A rank is named only when the evidence singles it out, on three counts
+// (the App. C leader-switch tolerance made into a gate): it is the
+// confident unique leader on most of the steps where the stage exposes
+// time, it clears the runner-up by a margin, and it does so in most
+// consecutive sub-windows. Otherwise the decision says why not.
+func (a *analyzer) leaderEvidence(g, sb int, typicalLag float64) LeaderEvidence {
+	cfg := a.cfg
+	ev := LeaderEvidence{Rank: -1, Candidate: -1, RunnerUp: -1}
+	if a.R < 2 {
+		ev.Withheld, ev.Why = WithheldSingleRank, "one rank: the frontier is its own vector and carries no cross-rank evidence"
+		return ev
+	}
+	counts := make([]int32, a.R)
+	var seq []int32 // confident leader (or −1) of each material step, in step order
+	advSum := 0.0
+	for t := 0; t < a.T; t++ {
+		pt := &a.series[t]
+		adv := pt.AdvanceMS[g]
+		// A boundary that advances less than the leader gap tolerances
+		// exposes nothing worth attributing to a rank.
+		if adv < max(cfg.LeaderGapMS, cfg.LeaderGapRel*pt.ExposedMS) || adv <= 0 {
+			continue
+		}
+		advSum += adv
+		l := a.acct.confLeader[t*a.S+sb]
+		if a.acct.tieSize[t*a.S+sb] > 1 {
+			ev.TieSteps++
+		}
+		seq = append(seq, l)
+		if l >= 0 {
+			counts[l]++
+			ev.ConfidentSteps++
+		}
+	}
+	n := len(seq)
+	ev.MaterialSteps = n
+	if n == 0 {
+		ev.Withheld, ev.Why = WithheldNoExposure, fmt.Sprintf("the stage never advances the frontier by more than the leader gap (%.1f ms or %.0f%% of the step)", cfg.LeaderGapMS, 100*cfg.LeaderGapRel)
+		return ev
+	}
+	r1, r2 := top2(counts)
+	ev.Candidate, ev.RunnerUp = a.rankID(r1), a.rankID(r2)
+	ev.Host = a.host(r1)
+	if r1 >= 0 {
+		ev.Leads = int(counts[r1])
+	}
+	if r2 >= 0 {
+		ev.RunnerUpLeads = int(counts[r2])
+	}
+	ev.Fraction = float64(ev.Leads) / float64(n)
+	ev.Margin = float64(ev.Leads-ev.RunnerUpLeads) / float64(n)
+	ev.SubWindowLeaders, ev.Agreement = a.subWindows(seq, int32(r1))
+
+	meanAdv := advSum / float64(n)
+	leaveTogether := typicalLag <= cfg.AbsorbedLagShare*meanAdv
+	named := n >= cfg.LeaderMinSteps && r1 >= 0 && ev.Fraction >= cfg.LeaderMinFraction &&
+		ev.Margin >= cfg.LeaderMinMargin && ev.Agreement >= cfg.LeaderMinAgreement
+	subs := intsText(ev.SubWindowLeaders)
+	switch {
+	case named:
+		ev.Rank = ev.Candidate
+		ev.Why = fmt.Sprintf("rank %d leads %d of %d steps where the stage exposes time (%.0f%%; runner-up %s %d), and %d of %d sub-windows (%s)",
+			ev.Rank, ev.Leads, n, 100*ev.Fraction, rankText(ev.RunnerUp), ev.RunnerUpLeads, countOf(ev.SubWindowLeaders, ev.Candidate), len(ev.SubWindowLeaders), subs)
+	case n < cfg.LeaderMinSteps:
+		ev.Withheld, ev.Why = WithheldFewSteps, fmt.Sprintf("only %d steps expose time at this stage (need %d)", n, cfg.LeaderMinSteps)
+	case leaveTogether && ev.Fraction < cfg.LeaderMinFraction:
+		ev.Withheld, ev.Why = WithheldAbsorbed, fmt.Sprintf("the ranks leave the stage together (at least half trail the frontier by only %.1f ms of its %.1f ms advance): a collective or barrier inside it absorbs the delay, or every rank slowed down alike, so stage vectors cannot tell which rank, if any, causes it — collective-level evidence is needed",
+			typicalLag, meanAdv)
+	case ev.TieSteps*2 >= n || (r2 >= 0 && ev.Margin < cfg.LeaderMinMargin && ev.Fraction+float64(ev.RunnerUpLeads)/float64(n) >= cfg.LeaderMinFraction):
+		ev.Withheld = WithheldTie
+		ev.TieSet = a.tieSet(sb)
+		ev.Why = fmt.Sprintf("ranks %s tie for the lead (exact ties on %d of %d steps; rank %s leads %d, rank %s %d)",
+			intsText(ev.TieSet), ev.TieSteps, n, rankText(ev.Candidate), ev.Leads, rankText(ev.RunnerUp), ev.RunnerUpLeads)
+	case ev.Fraction >= cfg.LeaderMinFraction && ev.Margin >= cfg.LeaderMinMargin:
+		ev.Withheld, ev.Why = WithheldUnstable, fmt.Sprintf("rank %d leads overall (%d of %d steps) but not over time: sub-window leaders %s", ev.Candidate, ev.Leads, n, subs)
+	default:
+		ev.Withheld = WithheldSpread
+		ev.Why = fmt.Sprintf("no rank leads most of the %d steps: %d distinct ranks lead at different steps (the most, rank %s, leads %d)",
+			n, distinct(counts), rankText(ev.Candidate), ev.Leads)
+	}
+	return ev
+}
+
+// subWindows splits the material steps into consecutive sub-windows and
+// returns each one's top confident leader (−1 if none) and the share of
+// sub-windows led by cand.
+func (a *analyzer) subWindows(seq []int32, cand int32) ([]int, float64) {
+	k := min(a.cfg.LeaderSubWindows, len(seq)/max(a.cfg.LeaderMinSteps, 1))
+	k = max(k, 1)
+	counts := map[int32]int{}
+	leaders := make([]int, k)
+	agree := 0
+	for i := range k {
+		clear(counts)
+		best, bestN := int32(-1), 0
+		for _, l := range seq[i*len(seq)/k : (i+1)*len(seq)/k] {
+			if l < 0 {
+				continue
+			}
+			counts[l]++
+			if c := counts[l]; c > bestN || (c == bestN && l < best) {
+				best, bestN = l, c
+			}
+		}
+		leaders[i] = a.rankID(int(best))
+		if best == cand && cand >= 0 {
+			agree++
+		}
+	}
+	return leaders, float64(agree) / float64(k)
+}
+
+// tieSet lists the ranks most often in the latest-rank tie set of the
+// advancing boundary sb: those with at least half the top rank's count,
+// at most 8.
+func (a *analyzer) tieSet(sb int) []int {
+	type rc struct{ r, n int }
+	var rows []rc
+	top := 0
+	for r := 0; r < a.R; r++ {
+		n := int(a.acct.leadAdv[r*a.S+sb])
+		top = max(top, n)
+		if n > 0 {
+			rows = append(rows, rc{r, n})
+		}
+	}
+	slices.SortStableFunc(rows, func(x, y rc) int { return y.n - x.n })
+	var out []int
+	for _, x := range rows {
+		if 2*x.n < top || len(out) == 8 {
+			break
+		}
+		out = append(out, a.rankID(x.r))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// top2 returns the positions with the most and second-most counts (the
+// lower position on equal counts), −1 where there is none.
+func top2(counts []int32) (int, int) {
+	r1, r2 := -1, -1
+	for r, c := range counts {
+		if c == 0 {
+			continue
+		}
+		switch {
+		case r1 < 0 || c > counts[r1]:
+			r1, r2 = r, r1
+		case r2 < 0 || c > counts[r2]:
+			r2 = r
+		}
+	}
+	return r1, r2
+}
+
+func distinct(counts []int32) int {
+	n := 0
+	for _, c := range counts {
+		if c > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func countOf(xs []int, v int) int {
+	n := 0
+	for _, x := range xs {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
+
+func rankText(r int) string {
+	if r < 0 {
+		return "—"
+	}
+	return fmt.Sprint(r)
+}
+
+func intsText(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = rankText(x)
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
