@@ -109,7 +109,7 @@ func (a *analyzer) sweep() {
 				pr = a.pres[t*R+r0 : t*R+r0+nb]
 			}
 			st := a.bnd[t*S : t*S+S]
-			if S == 6 { // the default schema
+			if S == 6 && !a.generic { // the default schema
 				a.run6(t, r0, src, sp, pr, (*[6]colState)(st), nSteps, rankTotal)
 				continue
 			}

@@ -25,6 +25,7 @@ type analyzer struct {
 	K          int
 	group      []int
 	pres       []bool // nil: every cell present
+	generic    bool   // skip the unrolled six-stage sweep (tests)
 
 	// Per-step scratch.
 	F, second []float64 // S
@@ -46,8 +47,12 @@ type analyzer struct {
 	badTotal  int       // cells whose prefix is not finite
 }
 
-func analyze(w *stagevec.Window, cfg Config) (*Report, error) {
-	if err := cfg.validate(); err != nil {
+func analyze(w *stagevec.Window, cfg Config) (*Report, error) { return analyzeWith(w, cfg, false) }
+
+// analyzeWith runs Analyze; generic disables the unrolled six-stage sweep
+// so tests can check the fast path against the plain loop.
+func analyzeWith(w *stagevec.Window, cfg Config, generic bool) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	k, err := checkWindow(w)
@@ -55,6 +60,7 @@ func analyze(w *stagevec.Window, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	a := newAnalyzer(w, cfg, k)
+	a.generic = generic
 	a.rankMedians() // §4 eq.4 baselines are needed by the sweep
 	a.cohortMedians()
 	a.sweep()

@@ -112,8 +112,12 @@ func shareOf(r *Report, g int) float64 {
 	return r.Share[g]
 }
 
-// stage returns the delta of the named stage.
-func (c *Comparison) stage(name string) (StageDelta, bool) {
+// stageDelta returns the delta of the named stage; false on a nil
+// comparison.
+func (c *Comparison) stageDelta(name string) (StageDelta, bool) {
+	if c == nil {
+		return StageDelta{}, false
+	}
 	for _, d := range c.Stages {
 		if d.Stage == name {
 			return d, true

@@ -9,8 +9,9 @@ import (
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
-// validate checks the gates and names the offending field.
-func (c Config) validate() error {
+// Validate checks the gates and names the offending field. The server, the
+// CLI and the background evaluation all validate overrides through it.
+func (c Config) Validate() error {
 	bad := func(field, msg string, v any) error {
 		return &signal.FieldError{Field: field, Msg: fmt.Sprintf("%s, got %v", msg, v)}
 	}
@@ -26,7 +27,9 @@ func (c Config) validate() error {
 		{"dominance_share", c.DominanceShare}, {"static_gain_threshold", c.StaticGainThreshold},
 		{"tie_tolerance", c.TieTolerance}, {"leader_gap_ms", c.LeaderGapMS}, {"leader_gap_rel", c.LeaderGapRel},
 		{"leader_switch_rate", c.LeaderSwitchRate}, {"forward_event_high_ratio", c.ForwardEventHighRatio},
-		{"forward_event_low_ratio", c.ForwardEventLowRatio},
+		{"forward_event_low_ratio", c.ForwardEventLowRatio}, {"absorbed_lag_share", c.AbsorbedLagShare},
+		{"displacement_share", c.DisplacementShare}, {"straggler_min_share", c.StragglerMinShare},
+		{"excess_min_rel", c.ExcessMinRel}, {"excess_min_ms", c.ExcessMinMS}, {"uniform_share", c.UniformShare},
 	} {
 		if !(g.v >= 0) || math.IsInf(g.v, 1) {
 			return bad(g.name, "must be finite and >= 0", g.v)
@@ -37,6 +40,20 @@ func (c Config) validate() error {
 	}
 	if c.MinEventSamples < 0 {
 		return bad("min_event_samples", "must be >= 0", c.MinEventSamples)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"leader_min_fraction", c.LeaderMinFraction}, {"leader_min_margin", c.LeaderMinMargin}, {"leader_min_agreement", c.LeaderMinAgreement}} {
+		if !(f.v >= 0 && f.v <= 1) {
+			return bad(f.name, "must be in [0, 1]", f.v)
+		}
+	}
+	if c.LeaderMinSteps < 1 {
+		return bad("leader_min_steps", "must be >= 1", c.LeaderMinSteps)
+	}
+	if c.LeaderSubWindows < 1 || c.LeaderSubWindows > 64 {
+		return bad("leader_sub_windows", "must be in [1, 64]", c.LeaderSubWindows)
 	}
 	return nil
 }

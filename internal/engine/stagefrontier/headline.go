@@ -63,11 +63,15 @@ func Diagnose(rep *Report, cmp *Comparison) {
 		text = append(text, fmt.Sprintf("Straggler: rank %d%s — %s.", ev.Rank, on, ev.Why))
 	} else {
 		h.Withheld, h.WithheldWhy, h.TieSet = ev.Withheld, ev.Why, ev.TieSet
-		if cmp != nil && ev.Withheld == WithheldSpread {
-			if d, ok := cmp.stage(h.Stage); ok && d.DeltaMS > 0 && d.CurTypicalMS-d.RefTypicalMS >= cfg.UniformShare*d.DeltaMS {
+		if d, ok := cmp.stageDelta(h.Stage); ok && d.DeltaMS > 0 && d.CurTypicalMS-d.RefTypicalMS >= cfg.UniformShare*d.DeltaMS {
+			rose := fmt.Sprintf("every rank's own %s time rose alike (typical rank %.1f → %.1f ms/step while the frontier rose %.1f ms/step)",
+				h.Stage, d.RefTypicalMS, d.CurTypicalMS, d.DeltaMS)
+			switch ev.Withheld {
+			case WithheldSpread:
 				h.Withheld = WithheldUniform
-				h.WithheldWhy = fmt.Sprintf("every rank's own %s time rose alike (typical rank %.1f → %.1f ms/step while the frontier rose %.1f ms/step), a slowdown shared by all ranks rather than one straggler",
-					h.Stage, d.RefTypicalMS, d.CurTypicalMS, d.DeltaMS)
+				h.WithheldWhy = rose + ", a slowdown shared by all ranks rather than one straggler"
+			case WithheldAbsorbed:
+				h.WithheldWhy += "; " + rose
 			}
 		}
 		text = append(text, "No consistent straggler rank: "+h.WithheldWhy+".")
@@ -90,7 +94,7 @@ func stageSentence(rep *Report, cmp *Comparison, g int, basis Basis, exposed flo
 	}
 	switch basis {
 	case BasisExcess:
-		d, _ := cmp.stage(name)
+		d, _ := cmp.stageDelta(name)
 		return fmt.Sprintf("The increase is in %s: %+.1f ms/step of exposed time (share %.0f%% → %.0f%%).%s",
 			name, d.DeltaMS, 100*d.RefShare, 100*d.CurShare, largest)
 	case BasisStraggler:

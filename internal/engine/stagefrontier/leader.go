@@ -151,13 +151,24 @@ func (a *analyzer) leaderEvidence(g, sb int, typicalLag float64) LeaderEvidence 
 	}
 	ev.Fraction = float64(ev.Leads) / float64(n)
 	ev.Margin = float64(ev.Leads-ev.RunnerUpLeads) / float64(n)
-	ev.SubWindowLeaders, ev.Agreement = a.subWindows(seq, int32(r1))
+	var clear int
+	ev.SubWindowLeaders, ev.Agreement, clear = a.subWindows(seq, int32(r1))
+	// Locally clear leaders that differ between sub-windows: the straggler
+	// moved during the window.
+	moved := len(ev.SubWindowLeaders) > 1 && float64(clear) >= cfg.LeaderMinAgreement*float64(len(ev.SubWindowLeaders)) &&
+		distinctInts(ev.SubWindowLeaders) > 1
 
 	meanAdv := advSum / float64(n)
 	leaveTogether := typicalLag <= cfg.AbsorbedLagShare*meanAdv
 	named := n >= cfg.LeaderMinSteps && r1 >= 0 && ev.Fraction >= cfg.LeaderMinFraction &&
 		ev.Margin >= cfg.LeaderMinMargin && ev.Agreement >= cfg.LeaderMinAgreement
 	subs := intsText(ev.SubWindowLeaders)
+	// A tie: a few ranks (at most tieMaxRanks) jointly hold the top on
+	// most steps, while no single one clears the gates. The same with
+	// many ranks taking turns is no tie but a spread-out lead.
+	tieSet, tieCover := a.tieSet(sb)
+	tie := !named && len(tieSet) >= 2 && len(tieSet) <= tieMaxRanks(a.R) &&
+		(2*(n-ev.ConfidentSteps) >= n || ev.Fraction+float64(ev.RunnerUpLeads)/float64(n) >= cfg.LeaderMinFraction)
 	switch {
 	case named:
 		ev.Rank = ev.Candidate
@@ -168,13 +179,12 @@ func (a *analyzer) leaderEvidence(g, sb int, typicalLag float64) LeaderEvidence 
 	case leaveTogether && ev.Fraction < cfg.LeaderMinFraction:
 		ev.Withheld, ev.Why = WithheldAbsorbed, fmt.Sprintf("the ranks leave the stage together (at least half trail the frontier by only %.1f ms of its %.1f ms advance): a collective or barrier inside it absorbs the delay, or every rank slowed down alike, so stage vectors cannot tell which rank, if any, causes it — collective-level evidence is needed",
 			typicalLag, meanAdv)
-	case ev.TieSteps*2 >= n || (r2 >= 0 && ev.Margin < cfg.LeaderMinMargin && ev.Fraction+float64(ev.RunnerUpLeads)/float64(n) >= cfg.LeaderMinFraction):
-		ev.Withheld = WithheldTie
-		ev.TieSet = a.tieSet(sb)
-		ev.Why = fmt.Sprintf("ranks %s tie for the lead (exact ties on %d of %d steps; rank %s leads %d, rank %s %d)",
-			intsText(ev.TieSet), ev.TieSteps, n, rankText(ev.Candidate), ev.Leads, rankText(ev.RunnerUp), ev.RunnerUpLeads)
-	case ev.Fraction >= cfg.LeaderMinFraction && ev.Margin >= cfg.LeaderMinMargin:
-		ev.Withheld, ev.Why = WithheldUnstable, fmt.Sprintf("rank %d leads overall (%d of %d steps) but not over time: sub-window leaders %s", ev.Candidate, ev.Leads, n, subs)
+	case moved || (ev.Fraction >= cfg.LeaderMinFraction && ev.Margin >= cfg.LeaderMinMargin):
+		ev.Withheld, ev.Why = WithheldUnstable, fmt.Sprintf("the leading rank changes over the window: sub-window leaders %s (rank %d leads %d of %d steps overall)", subs, ev.Candidate, ev.Leads, n)
+	case tie:
+		ev.Withheld, ev.TieSet = WithheldTie, tieSet
+		ev.Why = fmt.Sprintf("ranks %s tie for the lead: together they top %.0f%% of the steps, within the leader gap (%.1f ms or %.0f%% of the step) of each other on %d of %d (%d exact ties)",
+			intsText(tieSet), 100*tieCover, cfg.LeaderGapMS, 100*cfg.LeaderGapRel, n-ev.ConfidentSteps, n, ev.TieSteps)
 	default:
 		ev.Withheld = WithheldSpread
 		ev.Why = fmt.Sprintf("no rank leads most of the %d steps: %d distinct ranks lead at different steps (the most, rank %s, leads %d)",
@@ -184,18 +194,20 @@ func (a *analyzer) leaderEvidence(g, sb int, typicalLag float64) LeaderEvidence 
 }
 
 // subWindows splits the material steps into consecutive sub-windows and
-// returns each one's top confident leader (−1 if none) and the share of
-// sub-windows led by cand.
-func (a *analyzer) subWindows(seq []int32, cand int32) ([]int, float64) {
+// returns each one's top confident leader (−1 if none), the share of
+// sub-windows led by cand, and how many sub-windows have a locally clear
+// leader (one leading at least LeaderMinFraction of its steps).
+func (a *analyzer) subWindows(seq []int32, cand int32) ([]int, float64, int) {
 	k := min(a.cfg.LeaderSubWindows, len(seq)/max(a.cfg.LeaderMinSteps, 1))
 	k = max(k, 1)
 	counts := map[int32]int{}
 	leaders := make([]int, k)
-	agree := 0
+	agree, clearN := 0, 0
 	for i := range k {
 		clear(counts)
 		best, bestN := int32(-1), 0
-		for _, l := range seq[i*len(seq)/k : (i+1)*len(seq)/k] {
+		sub := seq[i*len(seq)/k : (i+1)*len(seq)/k]
+		for _, l := range sub {
 			if l < 0 {
 				continue
 			}
@@ -208,35 +220,57 @@ func (a *analyzer) subWindows(seq []int32, cand int32) ([]int, float64) {
 		if best == cand && cand >= 0 {
 			agree++
 		}
+		if best >= 0 && float64(bestN) >= a.cfg.LeaderMinFraction*float64(len(sub)) {
+			clearN++
+		}
 	}
-	return leaders, float64(agree) / float64(k)
+	return leaders, float64(agree) / float64(k), clearN
 }
 
-// tieSet lists the ranks most often in the latest-rank tie set of the
-// advancing boundary sb: those with at least half the top rank's count,
-// at most 8.
-func (a *analyzer) tieSet(sb int) []int {
+func distinctInts(xs []int) int {
+	seen := map[int]bool{}
+	for _, x := range xs {
+		seen[x] = true
+	}
+	return len(seen)
+}
+
+// tieSet returns the fewest ranks that together hold at least 80% of
+// the top positions (latest-rank tie-set memberships) at the advancing
+// boundary sb, and the share they hold; nil if that takes more than 8.
+func (a *analyzer) tieSet(sb int) ([]int, float64) {
 	type rc struct{ r, n int }
 	var rows []rc
-	top := 0
+	total := 0
 	for r := 0; r < a.R; r++ {
-		n := int(a.acct.leadAdv[r*a.S+sb])
-		top = max(top, n)
-		if n > 0 {
+		if n := int(a.acct.leadAdv[r*a.S+sb]); n > 0 {
 			rows = append(rows, rc{r, n})
+			total += n
 		}
+	}
+	if total == 0 {
+		return nil, 0
 	}
 	slices.SortStableFunc(rows, func(x, y rc) int { return y.n - x.n })
 	var out []int
+	cum := 0
 	for _, x := range rows {
-		if 2*x.n < top || len(out) == 8 {
-			break
+		if len(out) == 8 {
+			return nil, 0
 		}
 		out = append(out, a.rankID(x.r))
+		cum += x.n
+		if 5*cum >= 4*total {
+			break
+		}
 	}
 	slices.Sort(out)
-	return out
+	return out, float64(cum) / float64(total)
 }
+
+// tieMaxRanks is the largest group of jointly leading ranks still called
+// a tie: two, up to a quarter of the ranks, at most eight.
+func tieMaxRanks(R int) int { return max(2, min(8, R/4)) }
 
 // top2 returns the positions with the most and second-most counts (the
 // lower position on equal counts), −1 where there is none.
