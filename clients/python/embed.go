@@ -5,8 +5,8 @@ package pyclient
 
 import "embed"
 
-// FS holds laggard/*.py (the client package) and examples/*.py (the demo
-// trainer), rooted at this directory.
+// FS holds laggard/*.py and laggard/integrations/*.py (the client package)
+// and examples/*.py (the demo trainer), rooted at this directory.
 //
-//go:embed laggard/*.py examples/*.py
+//go:embed laggard/*.py laggard/integrations/*.py examples/*.py
 var FS embed.FS

@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	pyclient "github.com/laggard-dev/laggard/clients/python"
@@ -22,13 +23,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlagSet("demo", "[flags]", stderr)
 	var so serveOptions
 	so.register(fs, "")
-	world := fs.Int("world", 4, "DDP world size (ranks)")
-	steps := fs.Int("steps", 40, "measured steps after warm-up")
-	warmup := fs.Int("warmup", 10, "warm-up steps before the fault starts")
+	world := fs.Int("world", 4, "DDP world size (ranks), 2..64")
+	steps := fs.Int("steps", 40, "measured steps after warm-up, 5..100000")
+	warmup := fs.Int("warmup", 10, "warm-up steps before the fault starts, 1..10000")
 	fault := fs.String("fault", "data", "fault family: "+strings.Join(faultNames(), ", "))
-	delay := fs.Float64("delay-ms", 120, "injected delay per step on the hidden rank")
-	rank := fs.Int("rank", -1, "the faulty rank (default: a hidden random rank)")
-	seed := fs.Int64("seed", 0, "random seed (default: time-based)")
+	delay := fs.Float64("delay-ms", 120, "injected delay per step on the hidden rank, 0..60000")
+	rank := fs.Int("rank", -1, "the faulty rank (default -1: a hidden random rank)")
+	seed := fs.Int64("seed", 0, "random seed in [1, 2^31) (default 0: time-based)")
 	python := fs.String("python", "", "Python interpreter with PyTorch (default: $LAGGARD_PYTHON, /usr/bin/python3, python3)")
 	keep := fs.Bool("keep", isTerminal(os.Stdout), "keep the server and web UI running after the diagnosis (until Ctrl-C)")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of text")
@@ -36,23 +37,34 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return errUsage
+	}
 	if _, ok := demo.Faults[*fault]; !ok {
 		return fmt.Errorf("-fault %q: want one of %s", *fault, strings.Join(faultNames(), ", "))
 	}
-	if *world < 2 || *world > 64 || *steps < 5 || *warmup < 1 {
-		return fmt.Errorf("need -world in [2,64], -steps >= 5, -warmup >= 1")
+	if err := errors.Join(
+		so.validate(),
+		checkRange("world", *world, 2, 64),
+		checkRange("steps", *steps, 5, 100_000),
+		checkRange("warmup", *warmup, 1, 10_000),
+		checkRange("delay-ms", *delay, 0, 60_000),
+		checkRange("seed", *seed, 0, 1<<31-1), // torch.Generator seeds with seed*1000+rank
+	); err != nil {
+		return err
+	}
+	if *rank != -1 {
+		if err := checkRange("rank", *rank, 0, *world-1); err != nil {
+			return fmt.Errorf("%w (the world has %d ranks; -1 picks a hidden one)", err, *world)
+		}
 	}
 	if *seed == 0 {
 		*seed = 1 + time.Now().UnixNano()%1_000_000
 	}
-	if *seed < 0 || *seed >= 1<<31 {
-		return fmt.Errorf("-seed must be in [0, 2^31), got %d", *seed) // torch.Generator seeds with seed*1000+rank
-	}
 	rng := rand.New(rand.NewPCG(uint64(*seed), 0x1a99a7d))
 	if *rank < 0 {
 		*rank = rng.IntN(*world)
-	} else if *rank >= *world {
-		return fmt.Errorf("-rank %d outside the world of %d", *rank, *world)
 	}
 	log, err := newLogger(stderr, *level, false)
 	if err != nil {
@@ -66,17 +78,29 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer os.RemoveAll(dir)
 		so.dataDir = dir
 	}
-	if ln, err := net.Listen("tcp", so.addr); err == nil {
-		ln.Close()
-	} else {
-		so.addr = "127.0.0.1:0" // the default port is taken: any free one
+	// Listen once and serve on that listener: checking an address and
+	// listening again later races with other processes.
+	ln, err := net.Listen("tcp", so.addr)
+	if err != nil {
+		if flagWasSet(fs, "addr") {
+			return listenError(so.addr, err) // the user chose it: fail rather than serve elsewhere
+		}
+		why := "is taken"
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			why = fmt.Sprintf("cannot be used (%v)", err)
+		}
+		var ferr error
+		if ln, ferr = net.Listen("tcp", "127.0.0.1:0"); ferr != nil {
+			return fmt.Errorf("cannot listen on %s (%v) nor on a free loopback port: %v", so.addr, err, ferr)
+		}
+		fmt.Fprintf(stderr, "laggard demo: the default address %s %s; serving on %s instead (pass -addr to choose)\n", so.addr, why, ln.Addr())
 	}
 
 	sctx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
 	urlc := make(chan string, 1)
 	errc := make(chan error, 1)
-	go func() { errc <- serve(sctx, so, log, func(u string) { urlc <- u }) }()
+	go func() { errc <- serve(sctx, so, ln, log, func(u string) { urlc <- u }) }()
 	var url string
 	select {
 	case url = <-urlc:
@@ -93,6 +117,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Fault: *fault, FaultRank: *rank, DelayMS: *delay, Seed: *seed, JobID: job, Stderr: stderr,
 	})
 	if err != nil {
+		stopServer()
+		<-errc // the store is closed before the data directory is removed
 		return err
 	}
 	if *asJSON {

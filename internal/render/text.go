@@ -1,4 +1,4 @@
-// Package render turns a stagefrontier.Report into the human-readable text the
+// Package render turns an analysis.Report into the human-readable text the
 // CLI and the demo print. JSON output is the Report itself.
 package render
 
@@ -10,56 +10,94 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
 )
 
-// Text writes a readable window report.
-func Text(w io.Writer, r *stagefrontier.Report) error {
+// Text writes a readable job report: the headline first, then per role
+// group the stage table, the straggler evidence, labels, baselines and
+// telemetry, then the time axis.
+func Text(w io.Writer, r *analysis.Report) error {
 	p := &printer{w: w}
-	perStep := 0.0
-	if r.NumSteps > 0 {
-		perStep = r.ExposedMS / float64(r.NumSteps)
+	ranks := 0
+	for _, g := range r.Groups {
+		ranks += g.NumRanks
 	}
-	p.f("job %s · steps %d–%d (%d) · %d ranks · exposed %.1f ms/step (%.0f ms total)\n\n",
-		r.JobID, r.FirstStep, r.LastStep, r.NumSteps, r.NumRanks, perStep, r.ExposedMS)
+	name := r.JobID
+	if r.JobName != "" && r.JobName != r.JobID {
+		name += " (" + r.JobName + ")"
+	}
+	steps := 0
+	if len(r.Groups) > 0 {
+		steps = r.Groups[0].Report.NumSteps
+	}
+	p.f("job %s · steps %d–%d (%d) · %d ranks\nwindow: %s\n\n", name, r.Window.From, r.Window.To, steps, ranks, r.Window.Reason)
+	p.f("%s\n", wrap("▶ "+r.Headline.Text, 100, "  "))
+	for _, g := range r.Groups {
+		if len(r.Groups) > 1 {
+			p.f("\n── role group %s (%d ranks) %s\n%s\n", g.Group, g.NumRanks, strings.Repeat("─", 40), wrap("▶ "+g.Report.Headline.Text, 100, "  "))
+		}
+		group(p, w, g)
+	}
+	timeline(p, r.Timeline)
+	if len(r.Notes) > 0 {
+		p.f("\nnotes:\n")
+		for _, n := range r.Notes {
+			p.f("  - %s\n", n)
+		}
+	}
+	return p.err
+}
 
+func group(p *printer, w io.Writer, g analysis.GroupReport) {
+	r, c := g.Report, g.Comparison
+	p.f("\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "stage\tadvance ms/step\tshare\t\troute\t\n")
+	head := "stage\tadvance ms/step\tshare\t\t"
+	if c != nil {
+		head += "ref ms/step\tΔ ms/step\t"
+	}
+	fmt.Fprintf(tw, "%sroute\t\n", head)
 	for s, name := range r.Stages {
 		share := "—"
-		if !r.RawOnly && s < len(r.Share) {
-			share = fmt.Sprintf("%.1f%%", 100*r.Share[s])
-		}
-		adv := 0.0
-		if r.NumSteps > 0 && s < len(r.AdvanceMS) {
-			adv = r.AdvanceMS[s] / float64(r.NumSteps)
-		}
 		bar := ""
 		if !r.RawOnly && s < len(r.Share) {
+			share = fmt.Sprintf("%.1f%%", 100*r.Share[s])
 			bar = strings.Repeat("█", int(r.Share[s]*30+0.5))
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%s\t\n", name, adv, share, bar, routeMark(r, name))
+		row := fmt.Sprintf("%s\t%.2f\t%s\t%s\t", name, perStep(r.AdvanceMS[s], r.NumSteps), share, bar)
+		if c != nil && s < len(c.Stages) {
+			row += fmt.Sprintf("%.2f\t%+.2f\t", c.Stages[s].RefMS, c.Stages[s].DeltaMS)
+		}
+		fmt.Fprintf(tw, "%s%s\t\n", row, routeMark(r, c, name))
 	}
 	tw.Flush()
 	if r.RawOnly {
 		p.f("(exposed makespan below the %.1f ms floor: raw advances only)\n", r.Config.DenominatorFloorMS)
 	}
-	p.f("\nrouting set: {%s} (τ=%.2f)", strings.Join(r.Routing, ", "), r.Config.CandidateThreshold)
+	p.f("\nrouting set (absolute shares): {%s} (τ=%.2f)", strings.Join(r.Routing, ", "), r.Config.CandidateThreshold)
+	if c != nil {
+		p.f("\nexcess over the reference:     {%s} (reference steps %d–%d, %s)", strings.Join(c.ExcessRouting, ", "), c.Reference.FirstStep, c.Reference.LastStep, c.Reference.Basis)
+	}
 	if len(r.CoCriticalStages) > 0 {
-		p.f("   co-critical: {%s}", strings.Join(r.CoCriticalStages, ", "))
+		p.f("\nco-critical:                   {%s}", strings.Join(r.CoCriticalStages, ", "))
 	}
 	p.f("\n")
-	if r.LeaderRank >= 0 {
-		host := ""
-		for _, rs := range r.Ranks {
-			if rs.Rank == r.LeaderRank && rs.Host != "" {
-				host = " on " + rs.Host
+	h := r.Headline
+	if h.Stage != "" {
+		ev := evidenceOf(r, h.Stage)
+		if h.Rank >= 0 {
+			host := ""
+			if h.Host != "" {
+				host = " on " + h.Host
 			}
+			p.f("straggler: rank %d%s at %s — leads %d/%d material steps (%.0f%%), margin %.0f%%, sub-windows %s\n",
+				h.Rank, host, h.Stage, ev.Leads, ev.MaterialSteps, 100*ev.Fraction, 100*ev.Margin, subText(ev.SubWindowLeaders))
+		} else {
+			p.f("straggler: none named (%s) — %s\n", h.Withheld, h.WithheldWhy)
 		}
-		p.f("leader rank: %d%s   leader switches: %d (rate %.2f)\n", r.LeaderRank, host, r.LeaderSwitches, r.LeaderSwitchRate)
-	} else {
-		p.f("leader rank: none confident   leader switches: %d\n", r.LeaderSwitches)
 	}
+	p.f("leader switches at the top-1 boundary: %d (rate %.2f)\n", r.LeaderSwitches, r.LeaderSwitchRate)
 
 	p.f("\nlabels:\n")
 	for _, l := range r.Labels {
@@ -67,22 +105,24 @@ func Text(w io.Writer, r *stagefrontier.Report) error {
 		if l.Stage != "" {
 			stage = " (" + l.Stage + ")"
 		}
-		p.f("  %-32s %-15s %s%s\n", l.Name, "["+l.Axis+"]", l.Reason, stage)
+		p.f("  %-32s %-15s %s%s\n", l.Name, "["+string(l.Axis)+"]", l.Reason, stage)
 	}
 	if len(r.Contract) > 0 {
 		p.f("\ncontract findings:\n")
-		for _, c := range r.Contract {
-			p.f("  - %s\n", c)
+		for _, f := range r.Contract {
+			p.f("  - %s: %s\n", f.Check, f.Detail)
 		}
 	}
-
-	if top := leadingRanks(r, 5); len(top) > 0 {
-		p.f("\nranks setting the frontier at %s (steps leading, mean lag behind the frontier ms/step):\n", r.Top1)
+	focus := h.Stage
+	if focus == "" {
+		focus = r.Top1
+	}
+	if top := leadingRanks(r, focus, 5); len(top) > 0 {
+		p.f("\nranks setting the frontier at %s (steps leading, mean lag behind the frontier ms/step):\n", focus)
 		for _, rs := range top {
 			p.f("  rank %-5d %-20s led %4d/%d steps   lag %8.2f\n", rs.rank, rs.host, rs.lead, r.NumSteps, rs.lag)
 		}
 	}
-
 	if len(r.Baselines) > 0 {
 		p.f("\nbaselines on the same window:\n")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -96,19 +136,65 @@ func Text(w io.Writer, r *stagefrontier.Report) error {
 	q := r.Quality
 	p.f("\ntelemetry: missing cells %d, max closure %.1f%%, max overlap %.1f%%, dropped %d, nested %d, event samples %d (ready %.0f%%)\n",
 		q.MissingCells, 100*q.MaxClosureShare, 100*q.MaxOverlapShare, q.Dropped, q.Nested, q.EventSamples, 100*q.EventReadyRatio)
-	return p.err
 }
 
-func routeMark(r *stagefrontier.Report, stage string) string {
+func timeline(p *printer, t *analysis.Timeline) {
+	if t == nil {
+		return
+	}
+	p.f("\ntime axis (steps %d–%d, %s detector): ", t.From, t.To, t.Detector)
+	if t.WarmupEnd > t.From {
+		p.f("warm-up until step %d; ", t.WarmupEnd)
+	}
+	if len(t.ChangePoints) == 0 {
+		p.f("no change point in exposed step time\n")
+		return
+	}
+	p.f("%d change point(s)\n", len(t.ChangePoints))
+	for _, c := range t.ChangePoints {
+		p.f("  %-6s at step %-6d %8.1f → %8.1f ms/step (%+.0f%%)", c.Kind, c.Step, c.BeforeMS, c.AfterMS, 100*c.Rel)
+		if len(c.Stages) > 0 {
+			s := c.Stages[0]
+			p.f("   largest stage shift: %s %+.1f ms/step", s.Stage, s.DeltaMS)
+		}
+		p.f("\n")
+	}
+}
+
+func evidenceOf(r *stagefrontier.Report, stage string) stagefrontier.LeaderEvidence {
+	for _, e := range r.Evidence {
+		if e.Stage == stage {
+			return e.Leader
+		}
+	}
+	return stagefrontier.LeaderEvidence{Rank: -1}
+}
+
+func subText(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = "—"
+		if x >= 0 {
+			parts[i] = fmt.Sprint(x)
+		}
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+func routeMark(r *stagefrontier.Report, c *stagefrontier.Comparison, stage string) string {
+	var marks []string
 	switch {
 	case stage == r.Top1:
-		return "top-1"
+		marks = append(marks, "top-1")
 	case slices.Contains(r.Top2, stage):
-		return "top-2"
+		marks = append(marks, "top-2")
 	case slices.Contains(r.Routing, stage):
-		return "routed"
+		marks = append(marks, "routed")
 	}
-	return ""
+	if c != nil && slices.Contains(c.ExcessRouting, stage) {
+		marks = append(marks, "excess")
+	}
+	return strings.Join(marks, " ")
 }
 
 type leadRow struct {
@@ -119,10 +205,10 @@ type leadRow struct {
 }
 
 // leadingRanks returns the n ranks that most often attain the frontier at
-// the top-1 stage boundary (the latest-rank tie set, §4): the ranks whose
+// the stage's boundary (the latest-rank tie set, §4): the ranks whose
 // progress the rest of the group waits for there.
-func leadingRanks(r *stagefrontier.Report, n int) []leadRow {
-	s := slices.Index(r.Stages, r.Top1)
+func leadingRanks(r *stagefrontier.Report, stage string, n int) []leadRow {
+	s := slices.Index(r.Stages, stage)
 	if s < 0 || r.NumSteps == 0 || len(r.Ranks) < 2 {
 		return nil
 	}
@@ -134,6 +220,35 @@ func leadingRanks(r *stagefrontier.Report, n int) []leadRow {
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].lead > rows[j].lead })
 	return rows[:min(n, len(rows))]
+}
+
+func perStep(total float64, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return total / float64(n)
+}
+
+// wrap breaks s into lines of at most width runes, indenting continuation
+// lines.
+func wrap(s string, width int, indent string) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(s) {
+		n := len([]rune(word))
+		if i > 0 {
+			if line+1+n > width {
+				b.WriteString("\n" + indent)
+				line = len(indent)
+			} else {
+				b.WriteByte(' ')
+				line++
+			}
+		}
+		b.WriteString(word)
+		line += n
+	}
+	return b.String()
 }
 
 type printer struct {

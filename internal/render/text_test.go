@@ -2,94 +2,85 @@ package render
 
 import (
 	"bytes"
+	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
-	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
-	"github.com/laggard-dev/laggard/internal/signal"
-	"github.com/laggard-dev/laggard/internal/signal/stagevec"
-	"github.com/laggard-dev/laggard/internal/wire/stagefile"
+	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/sim"
 )
 
-func fixtureReport(t *testing.T) *stagefrontier.Report {
+func report(t *testing.T, d sim.DDP, req analysis.Request) *analysis.Report {
 	t.Helper()
-	f, err := os.Open("../wire/stagefile/testdata/sync_wait.jsonl")
-	if err != nil {
-		t.Fatal(err)
+	m := analysis.NewMemSource(d.Job(req.Job))
+	for _, v := range d.Vectors() {
+		if err := m.Add(&v); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer f.Close()
-	var asm *stagefrontier.Assembler
-	if _, err := stagefile.ReadJSONL(f, stagefile.Sink{
-		Job: func(j *signal.Job) error {
-			asm = stagefrontier.NewAssembler(j, stagefrontier.AssembleOptions{})
-			return nil
-		},
-		Vector: func(v *stagevec.Vector) error { return asm.Add(v) },
-	}); err != nil {
-		t.Fatal(err)
-	}
-	w, err := asm.Finish()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := stagefrontier.Analyze(w, stagefrontier.DefaultConfig())
+	m.Seal()
+	rep, err := analysis.New(m, analysis.Limits{}).Run(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rep
 }
 
-func TestTextShowsRoutingLeaderLabelsAndBaselines(t *testing.T) {
-	rep := fixtureReport(t)
+func TestTextShowsHeadlineEvidenceAndTimeAxis(t *testing.T) {
+	rep := report(t, sim.DDP{Ranks: 8, Steps: 100, Seed: 1, Extra: sim.After(50, 3, sim.Data, 100)}, analysis.Request{Job: "fixture"})
 	var buf bytes.Buffer
 	if err := Text(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
 	for _, want := range []string{
-		"job fixture", "3 ranks",
-		"routing set: {data.next_wait",
-		"leader rank: 1",
-		"frontier_accounting",
-		"ranks setting the frontier at data.next_wait",
-		"per_stage_max", "rank0_local",
-		"top-1",
+		"job fixture", "8 ranks", "window: the steps since the latest change point",
+		"▶ Step time rose", "Straggler:",
+		"excess over the reference:     {data.next_wait}",
+		"straggler: rank 3 on node-000 at data.next_wait",
+		"frontier_accounting", "ranks setting the frontier at data.next_wait",
+		"per_stage_max", "rank0_local", "top-1", "excess",
+		"onset  at step 50",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text report lacks %q:\n%s", want, out)
 		}
 	}
-	// Every stage gets a line, in schema order.
-	last := -1
-	for _, st := range rep.Stages {
-		i := strings.Index(out, st)
-		if i < 0 || i < last {
-			t.Fatalf("stage %s missing or out of order", st)
-		}
-		last = i
-	}
 }
 
-func TestTextRawOnly(t *testing.T) {
-	rep := fixtureReport(t)
-	rep.RawOnly, rep.Share = true, nil
+func TestTextSaysWhyNoRank(t *testing.T) {
+	rep := report(t, sim.DDP{Ranks: 4, Steps: 60, Seed: 2, Extra: sim.After(30, 1, sim.Backward, 100)}, analysis.Request{Job: "absorbed"})
 	var buf bytes.Buffer
 	if err := Text(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), "raw advances only") || strings.Contains(buf.String(), "%  ") {
-		t.Fatalf("raw-only report must not print shares:\n%s", buf.String())
+	for _, want := range []string{"No consistent straggler rank", "straggler: none named (absorbed_in_stage)", "model.backward_cpu_wall"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, buf.String())
+		}
 	}
 }
 
-type failWriter struct{}
+type failWriter struct{ n int }
 
-func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+func (f *failWriter) Write(p []byte) (int, error) {
+	if f.n--; f.n < 0 {
+		return 0, errors.New("disk full")
+	}
+	return len(p), nil
+}
 
 func TestTextReportsWriteErrors(t *testing.T) {
-	if err := Text(failWriter{}, fixtureReport(t)); err == nil {
-		t.Fatal("a failing writer must surface its error")
+	rep := report(t, sim.DDP{Ranks: 2, Steps: 20, Seed: 3}, analysis.Request{Job: "w"})
+	if err := Text(&failWriter{n: 3}, rep); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("want the write error, got %v", err)
+	}
+}
+
+func TestWrap(t *testing.T) {
+	got := wrap("aaa bbb ccc ddd", 7, "  ")
+	if got != "aaa bbb\n  ccc\n  ddd" {
+		t.Errorf("wrap = %q", got)
 	}
 }

@@ -187,8 +187,8 @@ func (s sim) simReport(from, to int64) *stagefrontier.Report {
 	rep.Quality = stagefrontier.Quality{MissingCells: 0, MaxClosureShare: 0.0061, MaxOverlapShare: 0,
 		EventSamples: T / 8, EventReadyRatio: 0.94, RoleGroups: 1}
 	rep.Labels = s.labels(rep)
-	rep.Contract = []string{"schema stagefrontier/v1 order hash " + rep.OrderHash + " common to all ranks",
-		fmt.Sprintf("callbacks.cpu_wall spikes every 50 steps (checkpoint) — %d steps in window", T/50)}
+	rep.Contract = []stagevec.Finding{{Check: "schema", Detail: "schema stagefrontier/v1 order hash " + rep.OrderHash + " common to all ranks"},
+		{Check: "note", Detail: fmt.Sprintf("callbacks.cpu_wall spikes every 50 steps (checkpoint) — %d steps in window", T/50)}}
 	return rep
 }
 

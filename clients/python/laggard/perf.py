@@ -1,14 +1,19 @@
 """Per-rank stage timing: the StageFrontier §5 instrumentation API.
 
-    perf = laggard.Perf(server="http://127.0.0.1:7070", job="my-job")
-    for batch_idx in ...:
+    perf = laggard.init()                      # or laggard.Perf(server=..., job=...)
+    for batch in ...:
         with perf.step():
-            with perf.stage("data.next_wait"):
+            with perf.stage("data"):           # data.next_wait
                 batch = next(it)
-            with perf.stage("model.fwd_loss_cpu_wall"):
-                with perf.cuda_event_sample("model.fwd_loss_cuda_event_ms"):
+            with perf.stage("forward"):        # model.fwd_loss_cpu_wall
+                with perf.cuda_event_sample():
                     loss = model(batch)
             ...
+
+The same objects decorate functions (`@perf.stage("forward")`,
+`@perf.step()`), and framework callbacks use the explicit form
+(`begin_step`/`mark`/`end_step`, optionally at a timestamp from
+`perf.clock()`).
 
 Design rules (App. A, §5): CPU wall clock via time.perf_counter_ns only; one
 ordered stage active at a time (a nested one is rejected and counted, never
@@ -18,14 +23,20 @@ thread never blocks on or fails because of telemetry.
 """
 
 import atexit
+import functools
+import inspect
+import logging
 import os
 import socket
 import sys
 import time
 
-from .schema import normalize_schema
+from . import config
+from .schema import PROBE_FORWARD_CUDA, STAGE_OTHER, default_schema, normalize_schema, order_hash, role_group, stage_index
 from .shipper import Shipper
 from .sinks import FileSink, HTTPSink
+
+log = logging.getLogger("laggard")
 
 _now = time.perf_counter_ns
 _NS_PER_MS = 1e6
@@ -33,8 +44,14 @@ _NS_PER_MS = 1e6
 # Indexes into a micro record (a list, for speed on the hot path).
 _MICRO, _T0, _WALL, _DURS, _LEAD, _PROBES, _NESTED, _PENDING = range(8)
 
+# stage index sentinels (see schema.stage_index)
+_UNKNOWN, _RESIDUAL = -1, -2
+
 
 class _NullCtx:
+    """A context that does nothing and, as a decorator, returns the function
+    unchanged (so a disabled Perf costs nothing per call)."""
+
     __slots__ = ()
 
     def __enter__(self):
@@ -43,32 +60,68 @@ class _NullCtx:
     def __exit__(self, *exc):
         return False
 
+    def __call__(self, fn):
+        return fn
+
 
 _NULL = _NullCtx()
 
 
+def _wrap(fn, make_ctx):
+    """Decorates fn so every call runs inside a fresh context from
+    make_ctx() (a fresh one, so recursion and re-entry stay correct)."""
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def awrapper(*args, **kwargs):
+            with make_ctx():
+                return await fn(*args, **kwargs)
+        return awrapper
+    if inspect.isgeneratorfunction(fn):
+        config.warn_once(("generator", getattr(fn, "__qualname__", fn)),
+                         "laggard: %s is a generator function: the decorator times only the call that creates "
+                         "the generator, not its iteration", getattr(fn, "__qualname__", fn))
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with make_ctx():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
 class _StepCtx:
-    __slots__ = ("_p", "_step")
+    __slots__ = ("_p", "_step", "_began")
 
     def __init__(self, perf, step):
         self._p = perf
         self._step = step
+        self._began = False
 
     def __enter__(self):
-        self._p._begin_step(self._step)
+        self._began = self._p._begin_step(self._step, None, False)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self._p._end_step(exc_type is not None)
+        if self._began:  # a nested step() must not end the outer one
+            self._began = False
+            self._p._end_step(exc_type is not None, None)
         return False
+
+    def __call__(self, fn):
+        """@perf.step(): every call of fn is one step, numbered
+        automatically."""
+        p = self._p
+        if self._step is not None:
+            config.warn_once(("step-decorator",), "laggard: @perf.step(%r): a decorated step is numbered "
+                             "automatically; the explicit step number is ignored", self._step)
+        return _wrap(fn, lambda: _StepCtx(p, None))
 
 
 class _StageCtx:
     __slots__ = ("_p", "_idx", "_lead", "_t0", "_rec")
 
-    def __init__(self, perf, name, data_lead):
+    def __init__(self, perf, idx, data_lead):
         self._p = perf
-        self._idx = perf._index.get(name, -1)
+        self._idx = idx
         self._lead = data_lead
         self._rec = None
 
@@ -76,9 +129,9 @@ class _StageCtx:
         p = self._p
         rec = p._cur
         if rec is None or self._idx < 0:
-            # Outside a step or not an explicit ordered stage of the schema
-            # (the residual is computed, never timed): ignore, count.
-            p._rejected += 1
+            # Outside a step, an unknown name, or the residual (computed,
+            # never timed): ignored and counted.
+            p._reject(self._idx)
             return self
         if p._active:
             # App. A Table 11: only one ordered stage may be active; the
@@ -100,6 +153,11 @@ class _StageCtx:
             self._p._active = False
             self._rec = None
         return False
+
+    def __call__(self, fn):
+        """@perf.stage(name): every call of fn is timed as this stage."""
+        p, idx, lead = self._p, self._idx, self._lead
+        return _wrap(fn, lambda: _StageCtx(p, idx, lead))
 
 
 class _CudaEventCtx:
@@ -171,38 +229,96 @@ class Perf:
     """Times ordered stages per logical step and ships one StageVector per
     step (or per accumulation microstep) in the background.
 
-    server: laggard server URL (HTTP sink) unless `out` or `sink` is given.
+    Arguments left as None come from the LAGGARD_* environment (see
+    laggard.config; env=False ignores it), then from the defaults below.
+
+    server: laggard server URL (HTTP sink) unless `out` or `sink` is given;
+        default LAGGARD_SERVER, then http://127.0.0.1:7070.
+    job: job id shared by every rank; default LAGGARD_JOB, then torchrun's
+        run id, then slurm-<job>[-<step>], then the script's name.
     out: write the stage-matrix JSONL to this path instead ("{rank}" and
-        "{job}" are substituted) — no server needed.
+        "{job}" are substituted) — no server needed. LAGGARD_OUT applies only
+        when neither server nor out was passed.
     rank/world_size/local_rank: default from torch.distributed if it is
         initialised at the first step, else RANK/WORLD_SIZE/LOCAL_RANK.
-    schema: None (the six default stages), a stage list, or a schema dict.
+    schema: the stages this rank times: None (the six default stages), a
+        stage list, or a schema dict.
+    role: {"dp","tp","pp","ep","name"}; dp defaults to the rank. Ranks whose
+        pp or name differ form role groups, each with its own stage list.
+    job_schema: the job's default stage list (what ranks of the default
+        role group time); defaults to `schema` for a default-group rank and
+        to the six default stages otherwise, so every rank registers the job
+        the same way whatever its role.
     accumulation: microsteps per optimizer step; use perf.micro(i).
-    role: {"dp","tp","pp","ep","name"}; dp defaults to the rank.
+    run_id: this run's id (an incarnation of the job); default
+        LAGGARD_RUN_ID, then derived from the launcher (config.run_id_from_env).
+    token: bearer token for the server (default LAGGARD_TOKEN).
+    labels: job labels, over LAGGARD_LABELS; sync_model (ddp|fsdp|zero1,
+        default LAGGARD_SYNC_MODEL) sets the sync_model label.
+    enabled: False times stages but ships nothing (default: LAGGARD_DISABLED
+        / LAGGARD_ENABLED, then True). laggard.init() returns a no-op
+        NullPerf instead when disabled.
     event_fraction: deterministic fraction of steps whose CUDA-event probe
         is recorded; event_polls: step boundaries a sample may stay pending.
     """
 
-    def __init__(self, server="http://127.0.0.1:7070", job="my-job", rank=None, world_size=None, schema=None,
-                 accumulation=1, role=None, *, out=None, sink=None, name=None, labels=None, host=None,
-                 local_rank=None, start_step=0, queue_size=4096, batch_size=256, flush_interval=1.0,
-                 timeout=2.0, event_fraction=0.1, event_polls=3, enabled=True):
+    def __init__(self, server=None, job=None, rank=None, world_size=None, schema=None, accumulation=1, role=None, *,
+                 out=None, sink=None, name=None, labels=None, host=None, local_rank=None, start_step=0,
+                 queue_size=4096, batch_size=256, flush_interval=1.0, timeout=2.0, event_fraction=0.1,
+                 event_polls=3, enabled=None, run_id=None, token=None, sync_model=None, job_schema=None, env=True):
+        ec = config.from_env() if env else {}
+        if "log_level" in ec:
+            config.apply_log_level(ec["log_level"])
         self._schema = normalize_schema(schema)
         explicit = self._schema["stages"][:-1]
         self._n = len(explicit)
-        self._index = {s: i for i, s in enumerate(explicit)}
+        self._names = list(explicit)
+        self._index = stage_index(self._schema)
         self._probes = set(self._schema["probes"])
-        self.job_id = job
-        self._name = name or job
-        self._labels = dict(labels or {})
-        self._accum = max(1, int(accumulation or 1))
+        self.order_hash = order_hash(self._schema)
         self._role = dict(role) if role else None
+        self.group = role_group(self._role)
+        if job_schema is not None:
+            self._job_schema = normalize_schema(job_schema)
+        elif self.group == "default":
+            self._job_schema = self._schema
+        else:
+            self._job_schema = default_schema()
+
+        if job is None:
+            job = ec.get("job") or config.job_id_from_env()
+        elif not (isinstance(job, str) and config.JOB_ID_RE.match(job)):
+            config.warn_once(("job", job), "laggard: job id %r does not match %s; the server will refuse it",
+                             job, config.JOB_ID_RE.pattern)
+        self.job_id = str(job)
+        self._name = name or self.job_id
+        lab = dict(ec.get("labels") or {})
+        if ec.get("sync_model"):
+            lab["sync_model"] = ec["sync_model"]
+        lab.update({str(k): str(v) for k, v in (labels or {}).items()})
+        if sync_model is not None:
+            if str(sync_model).lower() in config.SYNC_MODELS:
+                lab["sync_model"] = str(sync_model).lower()
+            else:
+                config.warn_once(("sync_model", sync_model), "laggard: ignoring sync_model=%r: want one of %s",
+                                 sync_model, ", ".join(config.SYNC_MODELS))
+        self._labels = lab
+        self._accum = max(1, int(accumulation or 1))
         self._host = host
         self._rank, self._world, self._local_rank = rank, world_size, local_rank
+        if server is None and out is None and sink is None:
+            out = ec.get("out")
+        if server is None:
+            server = ec.get("server") or config.DEFAULT_SERVER
         self._server, self._out, self._sink = server, out, sink
+        self._token = token if token is not None else ec.get("token")
+        self._run_id_given = run_id if run_id is not None else ec.get("run_id")
+        self.run_id = None  # resolved when shipping starts (needs the world size)
         self._ship_opts = dict(queue_size=queue_size, batch_size=batch_size, flush_interval=flush_interval)
         self._timeout = timeout
-        self._enabled = enabled
+        if enabled is None:
+            enabled = ec.get("enabled", True)
+        self._enabled = bool(enabled)
         self._event_fraction = float(event_fraction)
         self._event_polls = max(1, int(event_polls))
         self._event_factory = None
@@ -212,7 +328,12 @@ class Perf:
         self._step = -1
         self._cur = None  # current micro record while inside a step
         self._records = []  # micro records of the current step
-        self._active = False
+        self._active = False  # an ordered stage is running (with-form or explicit)
+        self._explicit = False  # the open step came from begin_step()
+        self._xidx = -1  # explicit stage (begin_stage/mark): index, or -1
+        self._xt0 = 0
+        self._xrec = None
+        self._xlead = 0
         self._step_t0 = 0
         self._held = []  # records waiting for CUDA events
         self._shipper = None
@@ -220,6 +341,8 @@ class Perf:
         self._steps = 0
         self._nested = 0
         self._rejected = 0
+        self._unknown = 0
+        self._unknown_names = set()
         self._errors = 0
         self._event_samples = 0
         self._event_ready = 0
@@ -228,35 +351,48 @@ class Perf:
 
     # --- public API ------------------------------------------------------
     def step(self, step=None):
-        """Context for one logical (optimizer) step; step defaults to the
-        previous step + 1, starting at start_step."""
+        """One logical (optimizer) step: a `with` context, or a decorator
+        (`@perf.step()`) making every call of a function one step. step
+        defaults to the previous step + 1, starting at start_step."""
         return _StepCtx(self, step)
 
     def stage(self, name, data_lead=0):
-        """Context for one ordered stage. data_lead=k says this data wait
-        fetched the batch that step+k consumes (prefetch), so the window
+        """One ordered stage: a `with` context, or a decorator timing every
+        call. name is a schema stage or its short alias ("data", "forward",
+        "backward", "callbacks", "optimizer"). data_lead=k says this data
+        wait fetched the batch that step+k consumes (prefetch), so the window
         assembler charges it to the consuming step (App. A)."""
-        return _StageCtx(self, name, data_lead)
+        try:
+            idx = self._index.get(name, _UNKNOWN)
+        except TypeError:  # unhashable: not a stage name
+            idx = _UNKNOWN
+        if idx < 0:
+            self._warn_stage(name, idx)
+        return _StageCtx(self, idx, data_lead)
 
-    def micro(self, i):
+    def micro(self, i, *, at=None):
         """Starts accumulation microstep i of the current step. Usable as a
         plain call or a `with` block; stages until the next micro() call or
         the step's end belong to microstep i, so the microsteps partition the
-        step wall (StageFrontier §3, accumulation expansion)."""
+        step wall (StageFrontier §3, accumulation expansion). An open
+        explicit stage (begin_stage/mark) ends here."""
         rec = self._cur
-        if rec is None or self._active or not (0 <= i < self._accum):
+        if rec is None or not (0 <= i < self._accum) or (self._active and self._xidx < 0):
             self._rejected += 1
             return _NULL
         if rec[_MICRO] == i:
             return _NULL
-        now = _now()
-        rec[_WALL] = now - rec[_T0]
+        now = _now() if at is None else at
+        if self._xidx >= 0:
+            self._close_stage(now)
+        w = now - rec[_T0]
+        rec[_WALL] = w if w > 0 else 0
         rec = [i, now, 0, [0] * self._n, 0, None, 0, []]
         self._records.append(rec)
         self._cur = rec
         return _NULL
 
-    def cuda_event_sample(self, name="model.fwd_loss_cuda_event_ms"):
+    def cuda_event_sample(self, name=PROBE_FORWARD_CUDA):
         """Side-channel probe: on a deterministic fraction of steps records two
         CUDA events around the block; readiness is polled at later step
         boundaries, never synchronised. A no-op without CUDA."""
@@ -277,22 +413,93 @@ class Perf:
             self._errors += 1
             return _NULL
 
+    # --- explicit form (framework callbacks, hand-rolled loops) ------------
+    def clock(self):
+        """Now, on the clock every duration is measured with (ns). Pass it as
+        `at=` to say a boundary happened earlier than the call."""
+        return _now()
+
+    def begin_step(self, step=None, *, at=None):
+        """Starts a step without a `with` block. A step that an earlier
+        begin_step() left open is ended first, so a loop may simply call
+        begin_step() at the top. at: when the step began (perf.clock()),
+        e.g. the end of the previous step, so a data wait that happened
+        before this call belongs to the step."""
+        if self._cur is not None and self._explicit:
+            self._end_step(False, at)
+        self._begin_step(step, at, True)
+
+    def end_step(self, *, at=None, discard=False):
+        """Ends the current step (and its open explicit stage) and queues its
+        vector; discard=True drops it, as a `with perf.step()` that raised
+        does."""
+        if self._cur is not None:
+            self._end_step(discard, at)
+
+    def begin_stage(self, name, *, at=None, data_lead=0):
+        """Starts an ordered stage without a `with` block; it runs until
+        end_stage(), mark(), micro() or end_step(). Returns whether it
+        started (False, and counted, outside a step, for an unknown name, or
+        while another stage is active)."""
+        try:
+            idx = self._index.get(name, _UNKNOWN)
+        except TypeError:
+            idx = _UNKNOWN
+        if idx < 0:
+            self._warn_stage(name, idx)
+        rec = self._cur
+        if rec is None or idx < 0:
+            self._reject(idx)
+            return False
+        if self._active:
+            rec[_NESTED] += 1
+            self._nested += 1
+            return False
+        self._active = True
+        self._xidx, self._xrec, self._xlead = idx, rec, data_lead
+        self._xt0 = _now() if at is None else at
+        return True
+
+    def end_stage(self, *, at=None):
+        """Ends the stage begin_stage() or mark() started; False if none."""
+        if self._xidx < 0:
+            return False
+        self._close_stage(_now() if at is None else at)
+        return True
+
+    def mark(self, name, *, at=None):
+        """Ends the open explicit stage and starts `name` at the same instant
+        (one clock read). mark(None) just ends it: time until the next mark
+        stays in the residual."""
+        t = _now() if at is None else at
+        if self._xidx >= 0:
+            self._close_stage(t)
+        if name is None:
+            return True
+        return self.begin_stage(name, at=t)
+
+    # --- introspection -----------------------------------------------------
     def stats(self):
-        """Counters: steps, sent, dropped, errors, nested, rejected, queued,
-        event_samples, event_ready, registered."""
+        """Counters: steps, sent, dropped, errors, nested, rejected,
+        unknown_stages (uses of names the schema lacks; also in rejected),
+        conflicts (409s from the server), queued, event_samples, event_ready,
+        registered, shipping (False once it gave up), last_error, enabled."""
         d = {"steps": self._steps, "sent": 0, "dropped": self._local_drops, "errors": self._errors,
-             "nested": self._nested, "rejected": self._rejected, "queued": 0,
+             "nested": self._nested, "rejected": self._rejected, "unknown_stages": self._unknown,
+             "unknown_stage_names": sorted(map(str, self._unknown_names)), "conflicts": 0, "queued": 0,
              "event_samples": self._event_samples, "event_ready": self._event_ready, "registered": False,
-             "last_error": ""}
+             "shipping": self._enabled and not self._closed, "last_error": "", "enabled": self._enabled}
         sh = self._shipper
         if sh is not None:
             s = sh.stats()
             d["sent"] = s["sent"]
             d["dropped"] += s["dropped"]
             d["errors"] += s["errors"]
+            d["conflicts"] = s["conflicts"]
             d["queued"] = s["queued"]
             d["registered"] = s["registered"]
             d["last_error"] = s["last_error"]
+            d["shipping"] = d["shipping"] and not s["gave_up"]
         return d
 
     @property
@@ -303,6 +510,23 @@ class Perf:
     def world_size(self):
         return self._world
 
+    @property
+    def accumulation(self):
+        return self._accum
+
+    @property
+    def schema(self):
+        """The ordered stage list this rank times (a copy)."""
+        return {k: list(v) if isinstance(v, list) else v for k, v in self._schema.items()}
+
+    @property
+    def enabled(self):
+        return self._enabled
+
+    @property
+    def closed(self):
+        return self._closed
+
     def close(self, timeout=5.0):
         """Emits vectors still waiting for CUDA events (as not ready) and
         flushes the queue within timeout. Returns True when all was handled.
@@ -310,6 +534,10 @@ class Perf:
         if self._closed:
             return True
         self._closed = True
+        try:
+            atexit.unregister(self._atexit)
+        except Exception:
+            pass
         try:
             self._poll_events(final=True)
             if self._shipper is not None:
@@ -327,26 +555,63 @@ class Perf:
         return False
 
     # --- internals ---------------------------------------------------------
-    def _begin_step(self, step):
+    def _reject(self, idx):
+        self._rejected += 1
+        if idx == _UNKNOWN:
+            self._unknown += 1
+
+    def _warn_stage(self, name, idx):
+        # Slow path, once per distinct name: say what the schema does have.
+        key = name if isinstance(name, str) else repr(name)
+        if key in self._unknown_names:
+            return
+        self._unknown_names.add(key)
+        if idx == _RESIDUAL:
+            config.warn_once(("residual", name), "laggard: stage %r is the residual: laggard computes it as step "
+                             "wall minus the explicit stages, so timing it is ignored", name)
+            return
+        from .schema import SHORT_NAMES
+        known = ", ".join("%s (%s)" % (s, SHORT_NAMES[s]) if s in SHORT_NAMES else s for s in self._names)
+        config.warn_once(("stage", repr(name), self.order_hash),
+                         "laggard: unknown stage %r ignored (counted in stats()['unknown_stages']); its time stays "
+                         "in the residual %s. This rank's stages are: %s", name, STAGE_OTHER, known)
+
+    def _close_stage(self, t):
+        d = t - self._xt0
+        rec = self._xrec
+        if d > 0:
+            rec[_DURS][self._xidx] += d
+        if self._xlead:
+            rec[_LEAD] = self._xlead
+        self._xidx = -1
+        self._xrec = None
+        self._active = False
+
+    def _begin_step(self, step, at, explicit):
         if self._cur is not None:  # step() nested in step(): keep the outer
             self._nested += 1
-            return
+            return False
         if step is None:
             step = self._next_step
         self._step = step
         self._next_step = step + 1
-        now = _now()
+        now = _now() if at is None else at
         self._step_t0 = now
         rec = [0, now, 0, [0] * self._n, 0, None, 0, []]
         self._records = [rec]
         self._cur = rec
+        self._explicit = explicit
+        return True
 
-    def _end_step(self, failed):
+    def _end_step(self, failed, at):
         cur = self._cur
         if cur is None:
             return
-        now = _now()
-        cur[_WALL] = now - cur[_T0]
+        now = _now() if at is None else at
+        if self._xidx >= 0:
+            self._close_stage(now)
+        w = now - cur[_T0]
+        cur[_WALL] = w if w > 0 else 0
         self._cur = None
         self._active = False
         if failed or self._closed:
@@ -427,26 +692,33 @@ class Perf:
             self._world = w if self._world is None else self._world
             self._local_rank = lr if self._local_rank is None else self._local_rank
         try:
+            host = self._host or socket.gethostname()
+            self.run_id = self._run_id_given or config.run_id_from_env(self._world, host=host)
             if self._sink is not None:
                 sink = self._sink
             elif self._out:
                 sink = FileSink(str(self._out).replace("{rank}", str(self._rank)).replace("{job}", self.job_id))
             elif self._server:
-                sink = HTTPSink(self._server, self.job_id, timeout=self._timeout)
+                sink = HTTPSink(self._server, self.job_id, timeout=self._timeout, token=self._token)
             else:
                 return None
-        except Exception:
+            role = {"dp": self._rank, "tp": -1, "pp": -1, "ep": -1}
+            if self._role:
+                role.update(self._role)
+            job = {"id": self.job_id, "name": self._name, "world_size": self._world, "schema": self._job_schema,
+                   "accumulation": self._accum, "labels": self._labels}
+            if self.run_id:
+                job["run_id"] = self.run_id
+            rank = {"rank": self._rank, "host": host, "local_rank": self._local_rank, "role": role,
+                    "schema": self._schema}
+            self._shipper = Shipper(sink, job, rank, order_hash=self.order_hash, **self._ship_opts)
+        except Exception as e:
+            # A bad server URL or an unwritable path: nothing will ship, and
+            # the rest of training must not notice beyond this one line.
             self._errors += 1
             self._enabled = False
+            log.error("laggard: telemetry off for this process: %s: %s", type(e).__name__, e)
             return None
-        role = {"dp": self._rank, "tp": -1, "pp": -1, "ep": -1}
-        if self._role:
-            role.update(self._role)
-        job = {"id": self.job_id, "name": self._name, "world_size": self._world, "schema": self._schema,
-               "accumulation": self._accum, "labels": self._labels}
-        rank = {"rank": self._rank, "host": self._host or socket.gethostname(), "local_rank": self._local_rank,
-                "role": role}
-        self._shipper = Shipper(sink, job, rank, **self._ship_opts)
         return self._shipper
 
     def _atexit(self):
@@ -454,3 +726,68 @@ class Perf:
             self.close(timeout=1.0)
         except Exception:
             pass
+
+
+class NullPerf:
+    """What laggard.init() returns when telemetry is disabled
+    (LAGGARD_DISABLED=1, LAGGARD_ENABLED=0 or enabled=False): the Perf API,
+    doing nothing. step()/stage() return one shared context whose decorator
+    form returns the function unchanged."""
+
+    enabled = False
+    closed = False
+    rank = world_size = run_id = None
+    order_hash = ""
+    accumulation = 1
+    group = "default"
+
+    def __init__(self, job=None, **_ignored):
+        self.job_id = job
+
+    def step(self, step=None):
+        return _NULL
+
+    def stage(self, name, data_lead=0):
+        return _NULL
+
+    def micro(self, i, *, at=None):
+        return _NULL
+
+    def cuda_event_sample(self, name=PROBE_FORWARD_CUDA):
+        return _NULL
+
+    def clock(self):
+        return _now()
+
+    def begin_step(self, step=None, *, at=None):
+        pass
+
+    def end_step(self, *, at=None, discard=False):
+        pass
+
+    def begin_stage(self, name, *, at=None, data_lead=0):
+        return False
+
+    def end_stage(self, *, at=None):
+        return False
+
+    def mark(self, name, *, at=None):
+        return False
+
+    @property
+    def schema(self):
+        return default_schema()
+
+    def stats(self):
+        return {"steps": 0, "sent": 0, "dropped": 0, "errors": 0, "nested": 0, "rejected": 0, "unknown_stages": 0,
+                "unknown_stage_names": [], "conflicts": 0, "queued": 0, "event_samples": 0, "event_ready": 0,
+                "registered": False, "shipping": False, "last_error": "", "enabled": False}
+
+    def close(self, timeout=5.0):
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -21,13 +21,46 @@ log = logging.getLogger("laggard")
 _REG_ATTEMPTS = 3  # immediate registration retries before backing off
 _MAX_BACKOFF_S = 5.0
 _MAX_PAUSE_S = 10.0  # cap on a server's Retry-After
+_FATAL = (401, 403, 409)  # on a vector batch: stop shipping
 
 
-def vector_dict(item):
+def explain(err, job, rank_info):
+    """The one ERROR line for a failure that stops shipping: what the server
+    said, and what to change."""
+    what = {"job": "registering job %r" % job.get("id"),
+            "rank": "rank %s joining job %r" % (rank_info.get("rank"), job.get("id")),
+            "vectors": "vectors of rank %s for job %r" % (rank_info.get("rank"), job.get("id"))}.get(
+        err.op, "a request for job %r" % job.get("id"))
+    status = "HTTP %d" % err.status if err.status else "error"
+    if err.field:
+        status += ", field %s" % err.field
+    msg = "server refused %s (%s): %s" % (what, status, err.detail or err)
+    if err.status == 409 and err.op == "job":
+        if err.field == "run_id":
+            hint = ("job id %r is already used by another run (this run's run_id is %r); set LAGGARD_JOB "
+                    "(or job=) to a new id for this run" % (job.get("id"), job.get("run_id")))
+        else:
+            hint = ("job id %r is registered with a different configuration; set LAGGARD_JOB (or job=) "
+                    "to a new id for this run" % job.get("id"))
+    elif err.status == 409:
+        from .schema import role_group
+        hint = ("every rank of role group %r (role pp/name) must declare the same ordered stage list; "
+                "give this rank's role another pp or name, or use the group's stage list"
+                % role_group(rank_info.get("role")))
+    elif err.status in (401, 403):
+        hint = "check LAGGARD_TOKEN (or token=)"
+    else:
+        hint = "check the job and schema arguments"
+    return "%s. Hint: %s. Telemetry from this process is off; training continues." % (msg, hint)
+
+
+def vector_dict(item, order_hash=None):
     """Builds the StageVector JSON object from the training thread's tuple
     (step, rank, micro, durations, wall, data_lead, probes, nested)."""
     step, rank, micro, durs, wall, lead, probes, nested = item
     v = {"step": step, "rank": rank, "durations_ms": [round(d, 6) for d in durs], "wall_ms": round(wall, 6)}
+    if order_hash:
+        v["order_hash"] = order_hash
     if micro:
         v["micro"] = micro
     if lead:
@@ -40,8 +73,9 @@ def vector_dict(item):
 
 
 class Shipper:
-    def __init__(self, sink, job, rank_info, queue_size=4096, batch_size=256, flush_interval=1.0):
+    def __init__(self, sink, job, rank_info, queue_size=4096, batch_size=256, flush_interval=1.0, order_hash=None):
         self._sink = sink
+        self._order_hash = order_hash
         self._job = job
         self._rank_info = rank_info
         # A deque, not queue.Queue: append/popleft are atomic under the GIL
@@ -59,6 +93,7 @@ class Shipper:
         self.ship_drops = 0
         self.sent = 0
         self.errors = 0
+        self.conflicts = 0  # 409s: this run's registration contradicts the server's
         self.last_error = ""
         self._registered = False
         self._dead = False
@@ -97,6 +132,8 @@ class Shipper:
             "queued": len(self._dq),
             "registered": self._registered,
             "last_error": self.last_error,
+            "conflicts": self.conflicts,
+            "gave_up": self._dead,
         }
 
     # --- shipper thread --------------------------------------------------
@@ -121,14 +158,22 @@ class Shipper:
                 wait = min(wait, max(0.0, deadline - time.monotonic()))
             self._stop.wait(wait)
 
-    def _drop(self, batch, pending, why):
+    def _drop(self, batch, pending, why, quiet=False):
         self._unreported = pending + len(batch)
         self.ship_drops += len(batch)
         if why:
             self.errors += 1
-            if why != self.last_error:
+            if why != self.last_error and not quiet:
                 log.warning("laggard: dropping %d vectors: %s", len(batch), why)
             self.last_error = why
+
+    def _give_up(self, err):
+        """A failure retrying cannot heal: stop shipping (what is queued and
+        offered later is dropped and counted) and say why, once, at ERROR."""
+        self._dead = True
+        if err.status == 409:
+            self.conflicts += 1
+        log.error("laggard: %s", explain(err, self._job, self._rank_info))
 
     def _ship(self, batch):
         # Drops since the last shipped vector ride on this batch's first vector.
@@ -145,21 +190,22 @@ class Shipper:
                 return
             err = self._register()
             if err is not None:
-                self._drop(batch, pending, str(err))
+                self._drop(batch, pending, str(err), quiet=err.permanent)
                 if err.permanent:
-                    self._dead = True
-                    log.error("laggard: giving up on telemetry: %s", err)
+                    self._give_up(err)
                 else:
                     self._retry_at = time.monotonic() + self._backoff
                     self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
                 return
-        vecs = [vector_dict(it) for it in batch]
+        oh = self._order_hash
+        vecs = [vector_dict(it, oh) for it in batch]
         if pending:
             vecs[0]["dropped"] = pending
         try:
             self._sink.send(vecs)
         except ShipError as e:
-            self._drop(batch, pending, str(e))
+            fatal = e.status in _FATAL
+            self._drop(batch, pending, str(e), quiet=fatal)
             if e.status == 404:  # server forgot the job (restart): register again
                 self._registered = False
             elif e.status == 429:
@@ -167,9 +213,8 @@ class Shipper:
                 self._stop.wait(pause)  # queue keeps filling and drops are counted
             elif e.status == 413:  # too large: smaller batches from now on
                 self._batch_size = max(1, self._batch_size // 2)
-            elif e.status == 409:  # job conflict cannot heal by retrying
-                self._dead = True
-                log.error("laggard: giving up on telemetry: %s", e)
+            elif fatal:  # a conflict or a refused token cannot heal by retrying
+                self._give_up(e)
             return
         except Exception as e:  # a sink bug must not kill the thread
             self._drop(batch, pending, "%s: %s" % (type(e).__name__, e))

@@ -1,19 +1,54 @@
-"""A local stand-in for the laggard server's ingest API (http.server)."""
+"""A local stand-in for the laggard server's ingest API (http.server).
 
+Besides recording every request it keeps the server's registration rules,
+written independently of the client (so a client bug cannot agree with
+itself): a job re-registered by another run_id or with another ordered
+stage list is refused with 409 (field run_id / schema.stages); a rank join
+declaring a stage list other than the one its role group (pipeline stage,
+role name) already registered is refused with 409; a vector whose
+order_hash differs from its rank's group schema is refused with 409
+(field order_hash).
+"""
+
+import hashlib
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+_JOB_PATH = re.compile(r"^/api/v1/jobs/([^/]+)(/ranks|/vectors)?$")
+
+
+def go_order_hash(schema):
+    """internal/signal/schema.go Schema.OrderHash, restated."""
+    h = hashlib.sha256()
+    h.update(schema["version"].encode())
+    for st in schema["stages"]:
+        h.update(b"\x00" + st.encode())
+    return h.digest()[:8].hex()
+
+
+def go_group(role):
+    """internal/signal/job.go Role.Group, restated."""
+    g = role.get("name") or ""
+    if role.get("pp", -1) >= 0:
+        g = (g + "/" if g else "") + "pp" + str(role["pp"])
+    return g or "default"
+
 
 class FakeServer:
     """Records every request; `behaviour(method, path, n)` may return
-    (status, headers, body, delay_s) to override the default 200/201 reply,
-    where n counts earlier requests to the same (method, path)."""
+    (status, headers, body, delay_s) to override the default reply, where n
+    counts earlier requests to the same (method, path). strict=False turns
+    the registration rules off."""
 
-    def __init__(self, behaviour=None):
+    def __init__(self, behaviour=None, strict=True):
         self.requests = []
         self.behaviour = behaviour
+        self.strict = strict
+        self.jobs = {}  # id -> {"run_id", "schema", "ranks": {rank: group}, "groups": {group: schema}}
+        self.missing_order_hash = 0
         self._lock = threading.Lock()
         self._counts = {}
         outer = self
@@ -37,16 +72,14 @@ class FakeServer:
                     outer._counts[key] = k + 1
                 reply = outer.behaviour(self.command, self.path, k) if outer.behaviour else None
                 if reply is None:
-                    if self.path.endswith("/vectors"):
-                        reply = (200, {}, {"accepted": len(body["vectors"])}, 0)
-                    elif self.command == "PUT":
-                        reply = (201 if k == 0 else 200, {}, {}, 0)
-                    else:
-                        reply = (200, {}, {}, 0)
+                    with outer._lock:
+                        reply = outer._default(self.command, self.path, body, k)
                 status, headers, out, delay = reply
                 with outer._lock:
                     outer.requests.append({"method": self.command, "path": self.path, "body": body, "status": status,
-                                           "content_type": self.headers.get("Content-Type")})
+                                           "content_type": self.headers.get("Content-Type"),
+                                           "authorization": self.headers.get("Authorization"),
+                                           "user_agent": self.headers.get("User-Agent")})
                 if delay:
                     time.sleep(delay)
                 data = json.dumps(out).encode()
@@ -66,6 +99,70 @@ class FakeServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
 
+    # --- the server's rules (called under the lock) -----------------------
+    def _default(self, method, path, body, k):
+        m = _JOB_PATH.match(path)
+        if not m:
+            return (404, {}, {"error": "no route"}, 0)
+        job_id, sub = m.group(1), m.group(2)
+        if sub is None and method == "PUT":
+            return self._put_job(job_id, body)
+        job = self.jobs.get(job_id)
+        if self.strict and job is None:
+            return (404, {}, {"error": "job %q not found" % job_id}, 0)
+        if sub == "/ranks":
+            return self._join(job, body)
+        if sub == "/vectors":
+            return self._vectors(job, body)
+        return (405, {}, {"error": "method"}, 0)
+
+    def _put_job(self, job_id, body):
+        schema = body.get("schema") or {}
+        run_id = body.get("run_id", "")
+        old = self.jobs.get(job_id)
+        if old is None:
+            self.jobs[job_id] = {"run_id": run_id, "schema": schema, "ranks": {}, "groups": {}}
+            return (201, {}, body, 0)
+        if self.strict and old["run_id"] != run_id:
+            return (409, {}, {"error": "job %r belongs to run %r, not run %r; use another job id" % (
+                job_id, old["run_id"], run_id), "field": "run_id"}, 0)
+        if self.strict and go_order_hash(old["schema"]) != go_order_hash(schema):
+            return (409, {}, {"error": "job %r is registered with a different ordered stage list" % job_id,
+                              "field": "schema.stages"}, 0)
+        return (200, {}, body, 0)
+
+    def _join(self, job, body):
+        if job is None:
+            return (200, {}, body, 0)
+        group = go_group(body.get("role") or {})
+        schema = body.get("schema")
+        if self.strict and schema is not None:
+            want = job["groups"].get(group) or (job["schema"] if group == "default" else None)
+            if want is not None and go_order_hash(want) != go_order_hash(schema):
+                return (409, {}, {"error": "role group %r is registered with another ordered stage list (%s)" % (
+                    group, ", ".join(want["stages"])), "field": "schema.stages"}, 0)
+            if group != "default":
+                job["groups"].setdefault(group, schema)
+        job["ranks"][body["rank"]] = group
+        return (200, {}, body, 0)
+
+    def _vectors(self, job, body):
+        vs = body["vectors"]
+        for i, v in enumerate(vs):
+            if "order_hash" not in v:
+                self.missing_order_hash += 1
+                continue
+            if not self.strict or job is None:
+                continue
+            group = job["ranks"].get(v["rank"], "default")
+            want = go_order_hash(job["groups"].get(group) or job["schema"])
+            if v["order_hash"] != want:
+                return (409, {}, {"error": "rank %d sends stage-order hash %s but its role group %q is registered "
+                                           "with %s" % (v["rank"], v["order_hash"], group, want),
+                                  "field": "order_hash"}, 0)
+        return (200, {}, {"accepted": len(vs)}, 0)
+
+    # --- inspection --------------------------------------------------------
     def vectors(self, accepted_only=True):
         """Vectors the server was sent, by default only those it accepted."""
         out = []
@@ -73,6 +170,10 @@ class FakeServer:
             if r["path"].endswith("/vectors") and (not accepted_only or r["status"] == 200):
                 out.extend(r["body"]["vectors"])
         return out
+
+    def joins(self):
+        """Bodies of the rank joins the server accepted."""
+        return [r["body"] for r in list(self.requests) if r["path"].endswith("/ranks") and r["status"] == 200]
 
     def close(self):
         self.httpd.shutdown()

@@ -211,7 +211,8 @@ class PerfTest(unittest.TestCase):
         self.assertEqual(self.sink.job["schema"]["stages"], list(laggard.DEFAULT_STAGES))
         self.assertEqual(self.sink.job["labels"], {"team": "x"})
         self.assertEqual(self.sink.rank, {"rank": 1, "host": "h1", "local_rank": 1,
-                                          "role": {"dp": 1, "tp": 0, "pp": -1, "ep": -1, "name": "dense"}})
+                                          "role": {"dp": 1, "tp": 0, "pp": -1, "ep": -1, "name": "dense"},
+                                          "schema": laggard.default_schema()})
 
     def test_identity_from_env(self):
         old = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}

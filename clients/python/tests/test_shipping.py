@@ -21,8 +21,10 @@ def setUpModule():
     logging.getLogger("laggard").setLevel(logging.CRITICAL)  # expected failures
 
 
-VECTOR_KEYS = {"step", "rank", "micro", "durations_ms", "wall_ms", "data_lead", "probes", "dropped", "nested"}
+VECTOR_KEYS = {"step", "rank", "micro", "durations_ms", "wall_ms", "data_lead", "probes", "dropped", "nested",
+               "order_hash"}
 JOB_KEYS = {"id", "name", "world_size", "schema", "accumulation", "labels"}
+DEFAULT_ORDER_HASH = "20c8b074ceccc24f"  # Go: stagevec.DefaultSchema().OrderHash()
 
 
 def run_steps(perf, n, sleep_s=0.0):
@@ -58,7 +60,8 @@ class HTTPContractTest(unittest.TestCase):
         self.assertEqual(first["body"]["world_size"], 4)
         self.assertEqual(first["body"]["schema"], laggard.default_schema())
         self.assertEqual((second["method"], second["path"]), ("POST", "/api/v1/jobs/job-a/ranks"))
-        self.assertEqual(set(second["body"]), {"rank", "host", "local_rank", "role"})
+        self.assertEqual(set(second["body"]), {"rank", "host", "local_rank", "role", "schema"})
+        self.assertEqual(second["body"]["schema"], laggard.default_schema())
         self.assertEqual(set(second["body"]["role"]), {"dp", "tp", "pp", "ep"})
         vec_reqs = [r for r in srv.requests if r["path"] == "/api/v1/jobs/job-a/vectors"]
         self.assertTrue(vec_reqs)
@@ -68,6 +71,7 @@ class HTTPContractTest(unittest.TestCase):
         for v in vs:
             self.assertLessEqual(set(v), VECTOR_KEYS)
             self.assertEqual(v["rank"], 2)
+            self.assertEqual(v["order_hash"], DEFAULT_ORDER_HASH)
             self.assertEqual(len(v["durations_ms"]), len(laggard.DEFAULT_STAGES))
             self.assertTrue(all(isinstance(d, float) and d >= 0 for d in v["durations_ms"]))
             self.assertGreaterEqual(v["wall_ms"] + 1e-6, sum(v["durations_ms"][:-1]))

@@ -172,12 +172,16 @@ func (a *analyzer) leaderEvidence(g, sb int, typicalLag float64) LeaderEvidence 
 	switch {
 	case named:
 		ev.Rank = ev.Candidate
-		ev.Why = fmt.Sprintf("rank %d leads %d of %d steps where the stage exposes time (%.0f%%; runner-up %s %d), and %d of %d sub-windows (%s)",
-			ev.Rank, ev.Leads, n, 100*ev.Fraction, rankText(ev.RunnerUp), ev.RunnerUpLeads, countOf(ev.SubWindowLeaders, ev.Candidate), len(ev.SubWindowLeaders), subs)
+		runner := "no other rank leads"
+		if ev.RunnerUp >= 0 {
+			runner = fmt.Sprintf("runner-up rank %d leads %d", ev.RunnerUp, ev.RunnerUpLeads)
+		}
+		ev.Why = fmt.Sprintf("it leads the frontier on %d of %d steps where the stage exposes time (%.0f%%; %s) and in %d of %d sub-windows",
+			ev.Leads, n, 100*ev.Fraction, runner, countOf(ev.SubWindowLeaders, ev.Candidate), len(ev.SubWindowLeaders))
 	case n < cfg.LeaderMinSteps:
 		ev.Withheld, ev.Why = WithheldFewSteps, fmt.Sprintf("only %d steps expose time at this stage (need %d)", n, cfg.LeaderMinSteps)
 	case leaveTogether && ev.Fraction < cfg.LeaderMinFraction:
-		ev.Withheld, ev.Why = WithheldAbsorbed, fmt.Sprintf("the ranks leave the stage together (at least half trail the frontier by only %.1f ms of its %.1f ms advance): a collective or barrier inside it absorbs the delay, or every rank slowed down alike, so stage vectors cannot tell which rank, if any, causes it — collective-level evidence is needed",
+		ev.Withheld, ev.Why = WithheldAbsorbed, fmt.Sprintf("every rank leaves the stage together (at least half trail the frontier by only %.1f ms of its %.1f ms advance), so no rank stands out there; if the stage is slow, a collective or barrier inside it waits on some rank, or every rank is slow alike, and stage vectors cannot tell which — collective-level evidence is needed",
 			typicalLag, meanAdv)
 	case moved || (ev.Fraction >= cfg.LeaderMinFraction && ev.Margin >= cfg.LeaderMinMargin):
 		ev.Withheld, ev.Why = WithheldUnstable, fmt.Sprintf("the leading rank changes over the window: sub-window leaders %s (rank %d leads %d of %d steps overall)", subs, ev.Candidate, ev.Leads, n)

@@ -1,0 +1,449 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/stats"
+	"github.com/laggard-dev/laggard/internal/store"
+)
+
+// Limits bound what one Run reads and holds. Zero fields take defaults.
+type Limits struct {
+	// MaxCells caps one window's steps × ranks × effective stages (default
+	// 1e8, ~800 MB of float64); larger explicit windows are refused with
+	// *TooLargeError, default windows shrink to fit.
+	MaxCells int64
+	// ReportSteps is the longest default window, in stored steps (200).
+	ReportSteps int
+	// HistorySteps and HistoryCells bound the time axis (2,000 steps,
+	// 5e7 cells); ChunkCells is how much of it is assembled at once (4e6).
+	HistorySteps int
+	HistoryCells int64
+	ChunkCells   int64
+	// PrefetchLookback: steps before a window also scanned so a prefetched
+	// data wait recorded there is charged inside it (App. A). Default 8.
+	PrefetchLookback int
+	// MaxWarmup caps the warm-up skipped at the start of the history (50).
+	MaxWarmup int
+	// MinReferenceSteps: an automatic reference window needs this many
+	// steps (5, the change-point detector's shortest segment).
+	MinReferenceSteps int
+}
+
+func (l *Limits) setDefaults() {
+	def := func(p *int64, v int64) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	defi := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&l.MaxCells, 100_000_000)
+	defi(&l.ReportSteps, 200)
+	defi(&l.HistorySteps, 2000)
+	def(&l.HistoryCells, 50_000_000)
+	def(&l.ChunkCells, 4_000_000)
+	defi(&l.PrefetchLookback, 8)
+	defi(&l.MaxWarmup, 50)
+	defi(&l.MinReferenceSteps, 5)
+}
+
+// TooLargeError is a window whose dense matrix exceeds Limits.MaxCells.
+type TooLargeError struct{ Steps, Cells, Limit int64 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("window of %d steps × %d cells per step exceeds the limit of %d cells; ask for fewer steps (last=N or from/to)",
+		e.Steps, e.Cells/max(e.Steps, 1), e.Limit)
+}
+
+// ErrNoData: the job has no vectors in the requested window.
+var ErrNoData = errors.New("no stage vectors in the requested window")
+
+// Analyzer runs job reports over a Source. It is safe for concurrent use.
+type Analyzer struct {
+	src      Source
+	lim      Limits
+	detector stats.Detector
+	cache    histCache
+}
+
+// New returns an Analyzer over src.
+func New(src Source, lim Limits) *Analyzer {
+	lim.setDefaults()
+	return &Analyzer{src: src, lim: lim, detector: stats.DefaultSegmenter(stagefrontier.DefaultConfig().LeaderGapMS)}
+}
+
+// Limits returns the effective limits.
+func (a *Analyzer) Limits() Limits { return a.lim }
+
+// Run computes the report req asks for.
+func (a *Analyzer) Run(ctx context.Context, req Request) (*Report, error) {
+	job, err := a.src.Job(req.Job)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := req.config(job)
+	if err != nil {
+		return nil, err
+	}
+	gs := groupsOf(job)
+	if req.Group != "" {
+		i := slices.IndexFunc(gs, func(g group) bool { return g.key == req.Group })
+		if i < 0 {
+			return nil, signal.FieldErrorf(ParamGroup, "job %q has no role group %q (groups: %s)", job.ID, signal.Clip(req.Group), groupKeys(gs))
+		}
+		gs = []group{gs[i]}
+	}
+	st, err := a.src.Stats(job.ID)
+	if err != nil {
+		return nil, err
+	}
+	if st.Vectors == 0 {
+		return nil, fmt.Errorf("job %q: %w", job.ID, ErrNoData)
+	}
+	h, err := a.history(ctx, job, gs, st)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{SchemaVersion: ReportSchema, JobID: job.ID, JobName: job.Name, RoleAwareNeeded: len(gs) > 1}
+	if h != nil {
+		rep.Timeline = h.timeline(gs[0].key)
+		if h.truncated {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the time axis covers the last %d stored steps (%d–%d); older steps exist", len(h.steps), h.from, h.to))
+		}
+	}
+	win, err := a.resolveWindow(job, gs, st, h, req)
+	if err != nil {
+		return nil, err
+	}
+	rep.Window = win
+	ref, refBasis, refJob, note := a.resolveReference(ctx, job, gs, h, win, req)
+	if note != "" {
+		rep.Notes = append(rep.Notes, note)
+	}
+	for _, c := range rep.timelineChanges() {
+		if c.Step > win.From && c.Step <= win.To && win.Basis != BasisSinceChange {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the window contains a change point at step %d (%s, %.1f → %.1f ms/step): it mixes two regimes", c.Step, c.Kind, c.BeforeMS, c.AfterMS))
+		}
+	}
+	for _, g := range gs {
+		gr, err := a.runGroup(ctx, job, g, win, ref, refBasis, refJob, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if gr != nil {
+			rep.Groups = append(rep.Groups, *gr)
+		}
+	}
+	if len(rep.Groups) == 0 {
+		return nil, fmt.Errorf("job %q steps %d–%s: %w", job.ID, win.From, stepText(win.To), ErrNoData)
+	}
+	rep.Headline = jobHeadline(rep)
+	return rep, nil
+}
+
+func (r *Report) timelineChanges() []ChangePoint {
+	if r.Timeline == nil {
+		return nil
+	}
+	return r.Timeline.ChangePoints
+}
+
+func groupKeys(gs []group) string {
+	keys := make([]string, len(gs))
+	for i, g := range gs {
+		keys[i] = g.key
+	}
+	return strings.Join(keys, ", ")
+}
+
+// history returns the cached time axis when nothing was stored since.
+func (a *Analyzer) history(ctx context.Context, job *signal.Job, gs []group, st store.JobStats) (*history, error) {
+	key := histKey{job: job.ID, last: st.LastStep, vectors: st.Vectors, groups: groupKeys(gs), ranks: len(job.Ranks), schemas: len(job.Groups)}
+	if h := a.cache.get(key); h != nil {
+		return h, nil
+	}
+	h, err := a.readHistory(ctx, job, gs)
+	if err != nil || h == nil {
+		return h, err
+	}
+	a.cache.put(key, h)
+	return h, nil
+}
+
+// resolveWindow turns the request into a step range: explicit bounds or
+// last=N as asked, else the default — the steps since the latest change
+// point (after warm-up), at most ReportSteps of them.
+func (a *Analyzer) resolveWindow(job *signal.Job, gs []group, st store.JobStats, h *history, req Request) (Window, error) {
+	per := cellsPerStep(gs)
+	check := func(w Window, steps int64) (Window, error) {
+		if steps > a.lim.MaxCells/per {
+			return w, &TooLargeError{Steps: steps, Cells: steps * per, Limit: a.lim.MaxCells}
+		}
+		return w, nil
+	}
+	switch {
+	case req.From != nil || req.To != nil:
+		w := Window{From: st.FirstStep, To: st.LastStep, Basis: BasisExplicit}
+		if req.From != nil {
+			w.From = *req.From
+		}
+		if req.To != nil {
+			w.To = *req.To
+		}
+		// Clamp to what is stored: the window never spans steps that
+		// cannot have data.
+		w.From, w.To = max(w.From, st.FirstStep), min(w.To, st.LastStep)
+		if w.From > w.To {
+			return w, fmt.Errorf("job %q stores steps %d–%d: %w", job.ID, st.FirstStep, st.LastStep, ErrNoData)
+		}
+		w.Reason = fmt.Sprintf("steps %d–%d as requested", w.From, w.To)
+		return check(w, w.To-w.From+1)
+	case req.Last > 0:
+		from, to, ok, err := a.src.LastSteps(job.ID, req.Last)
+		if err != nil {
+			return Window{}, err
+		}
+		if !ok {
+			return Window{}, fmt.Errorf("job %q: %w", job.ID, ErrNoData)
+		}
+		w := Window{From: from, To: to, Basis: BasisLast, Reason: fmt.Sprintf("the last %d stored steps", req.Last)}
+		return check(w, int64(min(req.Last, int(to-from+1))))
+	}
+	if h == nil || len(h.steps) == 0 {
+		return Window{}, fmt.Errorf("job %q: %w", job.ID, ErrNoData)
+	}
+	start, basis := h.warmup, BasisSteady
+	reason := "the steady steps of the recent history"
+	if h.warmup > 0 {
+		reason = fmt.Sprintf("the steady steps after warm-up (steps %d–%d skipped)", h.steps[0], h.steps[h.warmup-1])
+	}
+	if n := len(h.cps); n > 0 {
+		c := h.cps[n-1]
+		start, basis = c.Index, BasisSinceChange
+		kind := "onset"
+		if !c.Rise() {
+			kind = "relief"
+		}
+		reason = fmt.Sprintf("the steps since the latest change point (%s at step %d: %.1f → %.1f ms/step)", kind, h.steps[c.Index], c.Before, c.After)
+	}
+	limit := int(min(int64(a.lim.ReportSteps), max(a.lim.MaxCells/per, 1)))
+	if len(h.steps)-start > limit {
+		start = len(h.steps) - limit
+		reason += fmt.Sprintf(", the last %d of them", limit)
+	}
+	return Window{From: h.steps[start], To: h.steps[len(h.steps)-1], Basis: basis, Reason: reason}, nil
+}
+
+// refWindow is a resolved reference window.
+type refWindow struct{ from, to int64 }
+
+// resolveReference picks the window the report is compared with: the one
+// asked for, another run's default window, or the steady steps before the
+// latest change point at or before the window's start. It never fails the
+// report: when no reference fits, the note says why.
+func (a *Analyzer) resolveReference(ctx context.Context, job *signal.Job, gs []group, h *history, win Window, req Request) (*refWindow, string, *signal.Job, string) {
+	switch {
+	case req.RefFrom != nil || req.RefTo != nil:
+		r := &refWindow{from: 0, to: win.From - 1}
+		if req.RefFrom != nil {
+			r.from = *req.RefFrom
+		}
+		if req.RefTo != nil {
+			r.to = *req.RefTo
+		}
+		return r, fmt.Sprintf("requested reference steps %d–%d", r.from, r.to), job, ""
+	case req.CompareJob != "":
+		other, err := a.src.Job(req.CompareJob)
+		if err != nil {
+			return nil, "", nil, fmt.Sprintf("no comparison: job %q: %v", req.CompareJob, err)
+		}
+		sub, err := a.Run(ctx, Request{Job: other.ID, NoReference: true, Tau: req.Tau, ModelFit: req.ModelFit})
+		if err != nil {
+			return nil, "", nil, fmt.Sprintf("no comparison: job %q: %v", req.CompareJob, err)
+		}
+		return &refWindow{sub.Window.From, sub.Window.To}, fmt.Sprintf("run %s, its %s", other.ID, sub.Window.Reason), other, ""
+	case req.NoReference:
+		return nil, "", nil, ""
+	}
+	if h == nil {
+		return nil, "", nil, ""
+	}
+	// The latest change point at or before the window's start.
+	ci := -1
+	for i, c := range h.cps {
+		if h.steps[c.Index] <= win.From {
+			ci = i
+		}
+	}
+	if ci < 0 {
+		return nil, "", nil, "no change point precedes the window in the time axis, so there is no healthy reference: the stage ranking rests on absolute shares"
+	}
+	lo := h.warmup
+	if ci > 0 {
+		lo = h.cps[ci-1].Index
+	}
+	hi := h.cps[ci].Index // exclusive
+	lo = max(lo, hi-a.lim.ReportSteps)
+	if hi-lo < a.lim.MinReferenceSteps {
+		return nil, "", nil, fmt.Sprintf("only %d steady steps precede the change at step %d (need %d for a reference)", hi-lo, h.steps[hi], a.lim.MinReferenceSteps)
+	}
+	kind := "onset"
+	if !h.cps[ci].Rise() {
+		kind = "relief"
+	}
+	return &refWindow{h.steps[lo], h.steps[hi-1]}, fmt.Sprintf("before the %s at step %d", kind, h.steps[hi]), job, ""
+}
+
+// runGroup analyzes one role group's window and, with a reference,
+// compares and re-diagnoses it. nil when the group has no data there.
+func (a *Analyzer) runGroup(ctx context.Context, job *signal.Job, g group, win Window, ref *refWindow, refBasis string, refJob *signal.Job, cfg stagefrontier.Config) (*GroupReport, error) {
+	w, err := a.window(ctx, job, g.key, win.From, win.To)
+	if err != nil {
+		return nil, err
+	}
+	if w == nil {
+		return nil, nil
+	}
+	rep, err := stagefrontier.Analyze(w, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("role group %s: %w", g.key, err)
+	}
+	gr := &GroupReport{Group: g.key, NumRanks: g.ranks, Report: rep}
+	if ref != nil && refJob != nil {
+		key := g.key
+		if refJob.ID != job.ID && !slices.ContainsFunc(groupsOf(refJob), func(x group) bool { return x.key == key }) {
+			key = groupsOf(refJob)[0].key
+		}
+		if rw, err := a.window(ctx, refJob, key, ref.from, ref.to); err == nil && rw != nil {
+			if base, err := stagefrontier.Analyze(rw, cfg); err == nil {
+				gr.Comparison = stagefrontier.Compare(rep, base, refBasis)
+				gr.Comparison.Reference.Group = key
+				stagefrontier.Diagnose(rep, gr.Comparison)
+			}
+		}
+	}
+	return gr, nil
+}
+
+// window assembles one group's steps [from, to]; nil when it has none.
+func (a *Analyzer) window(ctx context.Context, job *signal.Job, key string, from, to int64) (*stagevec.Window, error) {
+	asm := stagefrontier.NewAssembler(job, stagefrontier.AssembleOptions{FromStep: from, ToStep: to, Group: key})
+	if err := a.scan(ctx, job.ID, from, to, asm.Add); err != nil {
+		return nil, err
+	}
+	w, err := asm.Finish()
+	if err != nil {
+		var fe *signal.FieldError
+		if errors.As(err, &fe) {
+			return nil, err
+		}
+		return nil, nil // no vectors of this group in the window
+	}
+	return w, nil
+}
+
+// scan reads [from − lookback, to] so prefetched data waits recorded
+// before the window are charged to the step inside it that consumed them
+// (App. A); it checks ctx every few thousand vectors.
+func (a *Analyzer) scan(ctx context.Context, job string, from, to int64, fn func(*stagevec.Vector) error) error {
+	n := 0
+	return a.src.Scan(job, max(0, from-int64(a.lim.PrefetchLookback)), to, func(v *stagevec.Vector) error {
+		if n++; n&4095 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		return fn(v)
+	})
+}
+
+// jobHeadline is the job's headline: the group's with one role group; with
+// several, a summary that names no global stage or rank.
+func jobHeadline(rep *Report) stagefrontier.Headline {
+	if len(rep.Groups) == 1 && !rep.RoleAwareNeeded {
+		return rep.Groups[0].Report.Headline
+	}
+	h := stagefrontier.Headline{Rank: -1, Basis: stagefrontier.BasisNone, Withheld: stagefrontier.WithheldRoleGroups}
+	var parts []string
+	for _, g := range rep.Groups {
+		gh := g.Report.Headline
+		s := fmt.Sprintf("%s (%d ranks): %s", g.Group, g.NumRanks, orDash(gh.Stage))
+		if gh.Rank >= 0 {
+			s += fmt.Sprintf(", straggler rank %d", gh.Rank)
+		} else if gh.Withheld != "" {
+			s += fmt.Sprintf(", no rank named (%s)", strings.ReplaceAll(string(gh.Withheld), "_", " "))
+		}
+		parts = append(parts, s)
+	}
+	h.WithheldWhy = "ranks with different roles are not compared with each other"
+	h.Text = fmt.Sprintf("%d role groups are diagnosed separately; ranks with different roles are not compared (role_aware_needed). %s.", len(rep.Groups), strings.Join(parts, "; "))
+	return h
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+// histCache keeps recent time axes: a report recomputes it only when the
+// job stored something since (its stats changed) or its ranks changed.
+type histCache struct {
+	mu sync.Mutex
+	m  map[histKey]*history
+	q  []histKey
+}
+
+type histKey struct {
+	job           string
+	last, vectors int64
+	groups        string
+	ranks         int
+	schemas       int
+}
+
+const histCacheEntries = 32
+
+func (c *histCache) get(k histKey) *history {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k]
+}
+
+func (c *histCache) put(k histKey, h *history) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[histKey]*history{}
+	}
+	if _, ok := c.m[k]; ok {
+		return
+	}
+	// Drop the job's stale entries first, then the oldest overall.
+	for i := 0; i < len(c.q); i++ {
+		if c.q[i].job == k.job {
+			delete(c.m, c.q[i])
+			c.q = slices.Delete(c.q, i, i+1)
+			i--
+		}
+	}
+	if len(c.q) >= histCacheEntries {
+		delete(c.m, c.q[0])
+		c.q = c.q[1:]
+	}
+	c.m[k] = h
+	c.q = append(c.q, k)
+}
