@@ -3,72 +3,81 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"math"
+	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 
-	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/render"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/wire/stagefile"
 )
 
 func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("analyze", "[flags] FILE  (JSONL or CSV stage matrix; - for stdin)", stderr)
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	format := fs.String("format", "", "input format: jsonl or csv (default: from the file extension)")
+	fs := newFlagSet("analyze", "[flags] FILE...  (JSONL or CSV stage matrices, .gz too; several per-rank files are merged; - for stdin)", stderr)
+	asJSON := fs.Bool("json", false, "print the report as JSON (schema "+analysis.ReportSchema+")")
+	format := fs.String("format", "", "input format: jsonl or csv (default: from the file name)")
 	jobID := fs.String("job", "", "job id for CSV input (default: the file name)")
-	from := fs.Int64("from", 0, "first step of the window (inclusive; 0 = first in file)")
-	to := fs.Int64("to", 0, "last step of the window (inclusive; 0 = last in file)")
-	last := fs.Int("last", 0, "analyze only the last N steps in the file")
-	cfg := stagefrontier.DefaultConfig()
-	fs.Float64Var(&cfg.CandidateThreshold, "tau", cfg.CandidateThreshold, "routing candidate cumulative share threshold τ")
-	modelFit := fs.String("model-fit", "", "true/false: whether the synchronization-wait model fits this workload (App. C indicator m; default: from the job's sync_model label)")
+	// Window and reference flags share the API's parser (analysis.ParseRequest),
+	// so the CLI and the server accept and reject the same values.
+	q := url.Values{}
+	for _, f := range []struct{ flag, param, usage string }{
+		{"from", analysis.ParamFrom, "first step of the window, inclusive (default: the steady steps since the latest change point)"},
+		{"to", analysis.ParamTo, "last step of the window, inclusive (default: the last stored step)"},
+		{"last", analysis.ParamLast, "analyze the last N stored steps instead"},
+		{"ref-from", analysis.ParamRefFrom, "first step of the reference window to compare with (default: the steady steps before the latest change point)"},
+		{"ref-to", analysis.ParamRefTo, "last step of the reference window"},
+		{"tau", analysis.ParamTau, "routing candidate cumulative share threshold τ in (0, 1] (default 0.8)"},
+		{"model-fit", analysis.ParamModelFit, "true/false: whether the synchronization-wait model fits (App. C indicator m; default: the job's sync_model label)"},
+		{"group", analysis.ParamGroup, "analyze only this role group"},
+	} {
+		fs.Func(f.flag, f.usage, func(v string) error {
+			q.Set(f.param, v)
+			return nil
+		})
+	}
+	noRef := fs.Bool("no-reference", false, "do not compare with the steady steps before the latest change point")
+	compare := fs.String("compare", "", "a second stage matrix (run B) to compare with (its default window)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if fs.NArg() == 0 {
 		fs.Usage()
 		return errUsage
 	}
-	fit, err := parseOptionalBool(*modelFit)
+	if *noRef {
+		q.Set(analysis.ParamNoRef, "true")
+	}
+	paths := fs.Args()
+	src, job, err := loadMatrix(paths, *format, *jobID)
 	if err != nil {
-		return fmt.Errorf("-model-fit: %w", err)
+		return err
 	}
-	if cfg.CandidateThreshold <= 0 || cfg.CandidateThreshold > 1 {
-		return fmt.Errorf("-tau must be in (0, 1], got %v", cfg.CandidateThreshold)
-	}
-	path := fs.Arg(0)
-	in := io.Reader(os.Stdin)
-	if path != "-" {
-		f, err := os.Open(path)
+	var source analysis.Source = src
+	if *compare != "" {
+		other, ojob, err := loadMatrix([]string{*compare}, *format, "")
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		in = f
-	}
-	if *format == "" {
-		*format = "jsonl"
-		if strings.EqualFold(filepath.Ext(path), ".csv") {
-			*format = "csv"
+		if ojob.ID == job.ID {
+			return fmt.Errorf("-compare %s: both runs are job %q; pass -job to name one, or export them under different ids", *compare, job.ID)
 		}
+		source = pairSource{src, other}
+		q.Set(analysis.ParamCompare, ojob.ID)
 	}
-	if *jobID == "" {
-		*jobID = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-		if path == "-" {
-			*jobID = "stdin"
-		}
-	}
-	rep, err := analyzeMatrix(in, *format, *jobID, *from, *to, *last, cfg, fit)
+	req, err := analysis.ParseRequest(job.ID, q)
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return flagError(err)
+	}
+	rep, err := analysis.New(source, analysis.Limits{}).Run(ctx, req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", strings.Join(paths, ", "), flagError(err))
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -78,30 +87,92 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return render.Text(stdout, rep)
 }
 
-// analyzeMatrix decodes a stage matrix and runs the frontier engine on the
-// selected window. With last > 0 the vectors are buffered to find the
-// window; otherwise they stream straight into the assembler.
-// fit overrides the model-fit indicator the job's labels imply.
-func analyzeMatrix(in io.Reader, format, jobID string, from, to int64, last int, cfg stagefrontier.Config, fit *bool) (*stagefrontier.Report, error) {
-	if to == 0 {
-		to = math.MaxInt64
+// flagError renames a request parameter in a FieldError to its flag.
+func flagError(err error) error {
+	var fe *signal.FieldError
+	if errors.As(err, &fe) {
+		flag := "-" + strings.ReplaceAll(fe.Field, "_", "-")
+		return fmt.Errorf("%s: %s", flag, fe.Msg)
 	}
-	var asm *stagefrontier.Assembler
-	var buf []stagevec.Vector
-	sink := stagefile.Sink{
+	return err
+}
+
+// loadMatrix reads one job's stage matrix from one or more files into
+// memory (per-rank parts are merged).
+func loadMatrix(paths []string, format, jobID string) (*analysis.MemSource, *signal.Job, error) {
+	if jobID == "" {
+		jobID = defaultJobID(paths[0])
+	}
+	var src *analysis.MemSource
+	job, err := readFiles(paths, format, jobID, stagefile.Sink{
 		Job: func(j *signal.Job) error {
-			if last == 0 {
-				asm = stagefrontier.NewAssembler(j, stagefrontier.AssembleOptions{FromStep: from, ToStep: to})
-			}
+			src = analysis.NewMemSource(j)
 			return nil
 		},
-		Vector: func(v *stagevec.Vector) error {
-			if asm != nil {
-				return asm.Add(v)
-			}
-			buf = append(buf, *v)
-			return nil
-		},
+		Vector: func(v *stagevec.Vector) error { return src.Add(v) },
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if src == nil {
+		src = analysis.NewMemSource(job)
+	}
+	src.Seal()
+	return src, job, nil
+}
+
+// defaultJobID names a CSV job after its file.
+func defaultJobID(path string) string {
+	if path == "-" {
+		return "stdin"
+	}
+	base := filepath.Base(path)
+	base = strings.TrimSuffix(base, ".gz")
+	return strings.TrimSuffix(base, filepath.Ext(base))
+}
+
+// pairSource serves two in-memory jobs (run A and run B).
+type pairSource struct{ a, b *analysis.MemSource }
+
+func (p pairSource) pick(id string) *analysis.MemSource {
+	if j, err := p.b.Job(id); err == nil && j != nil {
+		return p.b
+	}
+	return p.a
+}
+
+func (p pairSource) Job(id string) (*signal.Job, error) { return p.pick(id).Job(id) }
+func (p pairSource) Stats(id string) (store.JobStats, error) {
+	return p.pick(id).Stats(id)
+}
+func (p pairSource) Scan(id string, from, to int64, fn func(*stagevec.Vector) error) error {
+	return p.pick(id).Scan(id, from, to, fn)
+}
+func (p pairSource) LastSteps(id string, n int) (int64, int64, bool, error) {
+	return p.pick(id).LastSteps(id, n)
+}
+
+// readFiles reads one stage-matrix file (a stopgap until the merging
+// reader lands in stagefile).
+func readFiles(paths []string, format, jobID string, sink stagefile.Sink) (*signal.Job, error) {
+	if len(paths) != 1 {
+		return nil, fmt.Errorf("one file at a time for now, got %d", len(paths))
+	}
+	path := paths[0]
+	in := io.Reader(os.Stdin)
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		in = f
+	}
+	if format == "" {
+		format = "jsonl"
+		if strings.EqualFold(filepath.Ext(path), ".csv") {
+			format = "csv"
+		}
 	}
 	var job *signal.Job
 	var err error
@@ -114,53 +185,7 @@ func analyzeMatrix(in io.Reader, format, jobID string, from, to int64, last int,
 		return nil, fmt.Errorf("unknown -format %q (want jsonl or csv)", format)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if asm == nil {
-		from, to = lastSteps(buf, last)
-		asm = stagefrontier.NewAssembler(job, stagefrontier.AssembleOptions{FromStep: from, ToStep: to})
-		for i := range buf {
-			if err := asm.Add(&buf[i]); err != nil {
-				return nil, err
-			}
-		}
-	}
-	w, err := asm.Finish()
-	if err != nil {
-		return nil, err
-	}
-	cfg.ModelFit = stagefrontier.ModelFitFromJob(job)
-	if fit != nil {
-		cfg.ModelFit = *fit
-	}
-	return stagefrontier.Analyze(w, cfg)
-}
-
-// lastSteps returns the inclusive step range covering the last n distinct
-// steps present in vs.
-func lastSteps(vs []stagevec.Vector, n int) (from, to int64) {
-	seen := map[int64]struct{}{}
-	for _, v := range vs {
-		seen[v.Step] = struct{}{}
-	}
-	steps := make([]int64, 0, len(seen))
-	for s := range seen {
-		steps = append(steps, s)
-	}
-	if len(steps) == 0 {
-		return 0, 0
-	}
-	slices.Sort(steps)
-	return steps[max(0, len(steps)-n)], steps[len(steps)-1]
-}
-
-func parseOptionalBool(s string) (*bool, error) {
-	if s == "" {
-		return nil, nil
-	}
-	b, err := strconv.ParseBool(s)
-	if err != nil {
-		return nil, fmt.Errorf("want true or false, got %q", s)
-	}
-	return &b, nil
+	return job, nil
 }

@@ -169,7 +169,14 @@ func printVerdict(w io.Writer, res *demo.Result, fault string, rank int, delay f
 		}
 	}
 	fmt.Fprintf(w, "  %s stage: %s → %s\n", mark(res.StageInTop2), res.WantStage, where)
-	fmt.Fprintf(w, "  %s rank:  leader rank %d (injected on %d)\n", mark(res.RankLocated), res.Report.LeaderRank, rank)
+	h := res.Report.Headline
+	switch {
+	case res.RankWithheld:
+		// Honest, not wrong: the evidence did not single a rank out.
+		fmt.Fprintf(w, "  – rank:  withheld (%s; injected on %d)\n", h.Withheld, rank)
+	default:
+		fmt.Fprintf(w, "  %s rank:  straggler rank %d (injected on %d)\n", mark(res.RankLocated), h.Rank, rank)
+	}
 }
 
 func faultNames() []string {

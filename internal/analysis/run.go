@@ -137,14 +137,18 @@ func (a *Analyzer) Run(ctx context.Context, req Request) (*Report, error) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the window contains a change point at step %d (%s, %.1f → %.1f ms/step): it mixes two regimes", c.Step, c.Kind, c.BeforeMS, c.AfterMS))
 		}
 	}
+	var bad skipped
 	for _, g := range gs {
-		gr, err := a.runGroup(ctx, job, g, win, ref, refBasis, refJob, cfg)
+		gr, err := a.runGroup(ctx, job, g, win, ref, refBasis, refJob, cfg, &bad)
 		if err != nil {
 			return nil, err
 		}
 		if gr != nil {
 			rep.Groups = append(rep.Groups, *gr)
 		}
+	}
+	if n := bad.note(); n != "" {
+		rep.Notes = append(rep.Notes, n)
 	}
 	if len(rep.Groups) == 0 {
 		return nil, fmt.Errorf("job %q steps %d–%s: %w", job.ID, win.From, stepText(win.To), ErrNoData)
@@ -308,8 +312,8 @@ func (a *Analyzer) resolveReference(ctx context.Context, job *signal.Job, gs []g
 
 // runGroup analyzes one role group's window and, with a reference,
 // compares and re-diagnoses it. nil when the group has no data there.
-func (a *Analyzer) runGroup(ctx context.Context, job *signal.Job, g group, win Window, ref *refWindow, refBasis string, refJob *signal.Job, cfg stagefrontier.Config) (*GroupReport, error) {
-	w, err := a.window(ctx, job, g.key, win.From, win.To)
+func (a *Analyzer) runGroup(ctx context.Context, job *signal.Job, g group, win Window, ref *refWindow, refBasis string, refJob *signal.Job, cfg stagefrontier.Config, bad *skipped) (*GroupReport, error) {
+	w, err := a.window(ctx, job, g.key, win.From, win.To, bad)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +330,7 @@ func (a *Analyzer) runGroup(ctx context.Context, job *signal.Job, g group, win W
 		if refJob.ID != job.ID && !slices.ContainsFunc(groupsOf(refJob), func(x group) bool { return x.key == key }) {
 			key = groupsOf(refJob)[0].key
 		}
-		if rw, err := a.window(ctx, refJob, key, ref.from, ref.to); err == nil && rw != nil {
+		if rw, err := a.window(ctx, refJob, key, ref.from, ref.to, &skipped{}); err == nil && rw != nil {
 			if base, err := stagefrontier.Analyze(rw, cfg); err == nil {
 				gr.Comparison = stagefrontier.Compare(rep, base, refBasis)
 				gr.Comparison.Reference.Group = key
@@ -337,10 +341,45 @@ func (a *Analyzer) runGroup(ctx context.Context, job *signal.Job, g group, win W
 	return gr, nil
 }
 
+// skipped counts stored vectors the job's registration no longer accepts
+// (say, written before a schema change): they are left out and reported,
+// never allowed to fail the report.
+type skipped struct {
+	n     int
+	first string
+}
+
+func (s *skipped) add(v *stagevec.Vector, err error) {
+	if s.n == 0 {
+		s.first = fmt.Sprintf("step %d rank %d: %v", v.Step, v.Rank, err)
+	}
+	s.n++
+}
+
+func (s *skipped) note() string {
+	if s.n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d stored vectors do not fit the job's registration and were left out (first: %s)", s.n, s.first)
+}
+
+// adder feeds v to the assemblers, skipping a vector they reject.
+func (s *skipped) adder(asms ...*stagefrontier.Assembler) func(v *stagevec.Vector) error {
+	return func(v *stagevec.Vector) error {
+		for _, as := range asms {
+			if err := as.Add(v); err != nil {
+				s.add(v, err)
+				return nil
+			}
+		}
+		return nil
+	}
+}
+
 // window assembles one group's steps [from, to]; nil when it has none.
-func (a *Analyzer) window(ctx context.Context, job *signal.Job, key string, from, to int64) (*stagevec.Window, error) {
+func (a *Analyzer) window(ctx context.Context, job *signal.Job, key string, from, to int64, bad *skipped) (*stagevec.Window, error) {
 	asm := stagefrontier.NewAssembler(job, stagefrontier.AssembleOptions{FromStep: from, ToStep: to, Group: key})
-	if err := a.scan(ctx, job.ID, from, to, asm.Add); err != nil {
+	if err := a.scan(ctx, job.ID, from, to, bad.adder(asm)); err != nil {
 		return nil, err
 	}
 	w, err := asm.Finish()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
 	"github.com/laggard-dev/laggard/internal/signal"
-	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/stats"
 )
 
@@ -23,8 +22,8 @@ type group struct {
 // groupsOf partitions the job's ranks into role groups, largest first.
 func groupsOf(job *signal.Job) []group {
 	count := map[string]int{}
-	for r := 0; r < job.WorldSize; r++ {
-		count[job.GroupOf(r)]++
+	for _, g := range job.Grouping() {
+		count[g]++
 	}
 	out := make([]group, 0, len(count))
 	k := int64(max(job.Accumulation, 1))
@@ -144,14 +143,8 @@ func (a *Analyzer) chunkSeries(ctx context.Context, job *signal.Job, gs []group,
 	for i, g := range gs {
 		asms[i] = stagefrontier.NewAssembler(job, stagefrontier.AssembleOptions{FromStep: lo, ToStep: hi, Group: g.key})
 	}
-	if err := a.scan(ctx, job.ID, lo, hi, func(v *stagevec.Vector) error {
-		for _, as := range asms {
-			if err := as.Add(v); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
+	var bad skipped // reported by the window itself; the time axis just leaves them out
+	if err := a.scan(ctx, job.ID, lo, hi, bad.adder(asms...)); err != nil {
 		return nil, err
 	}
 	out := make([][]stagefrontier.StepPoint, len(gs))

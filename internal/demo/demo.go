@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
@@ -49,11 +49,12 @@ type Options struct {
 
 // Result is the demo's outcome.
 type Result struct {
-	Report       *stagefrontier.Report
+	Report       *analysis.Report
 	WantStage    string // "" for the control
 	StageRouted  bool   // want stage is top-1 (or, for the control, callbacks not routed)
 	StageInTop2  bool
-	RankLocated  bool // the report's leader rank is the hidden rank
+	RankLocated  bool // the headline names the hidden rank
+	RankWithheld bool // the headline names no rank (and says why)
 	TrainSeconds float64
 }
 
@@ -136,19 +137,21 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.Report = rep
+	g := rep.Groups[0].Report
 	if want == "" {
-		res.StageRouted = !slices.Contains(rep.Routing, stagevec.StageCallback)
+		res.StageRouted = !slices.Contains(g.Routing, stagevec.StageCallback)
 		res.StageInTop2 = res.StageRouted
 	} else {
-		res.StageRouted = rep.Top1 == want
-		res.StageInTop2 = slices.Contains(rep.Top2, want)
+		res.StageRouted = g.Top1 == want
+		res.StageInTop2 = slices.Contains(g.Top2, want)
 	}
-	res.RankLocated = rep.LeaderRank == o.FaultRank
+	res.RankLocated = rep.Headline.Rank == o.FaultRank
+	res.RankWithheld = rep.Headline.Rank < 0
 	return res, nil
 }
 
-// FetchReport asks the server for the window report of steps [from, to].
-func FetchReport(ctx context.Context, base, job string, from, to int64) (*stagefrontier.Report, error) {
+// FetchReport asks the server for the job report of steps [from, to].
+func FetchReport(ctx context.Context, base, job string, from, to int64) (*analysis.Report, error) {
 	url := fmt.Sprintf("%s/api/v1/jobs/%s/report?from=%d&to=%d", base, job, from, to)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -163,9 +166,12 @@ func FetchReport(ctx context.Context, base, job string, from, to int64) (*stagef
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, lastLine(string(body)))
 	}
-	var rep stagefrontier.Report
+	var rep analysis.Report
 	if err := json.Unmarshal(body, &rep); err != nil {
 		return nil, fmt.Errorf("decoding report: %w", err)
+	}
+	if len(rep.Groups) == 0 {
+		return nil, fmt.Errorf("report of job %s has no role group", job)
 	}
 	return &rep, nil
 }

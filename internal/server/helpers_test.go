@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/laggard-dev/laggard/internal/api"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
@@ -35,6 +36,9 @@ func openStore(t testing.TB, dir string) *store.Store {
 func start(t testing.TB, st Store, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
 	cfg.Logger = quiet
+	if cfg.Detect.Interval == 0 {
+		cfg.Detect.Interval = -1 // tests drive the evaluation with EvaluateOnce
+	}
 	s, err := New(cfg, st)
 	if err != nil {
 		t.Fatal(err)
@@ -50,9 +54,9 @@ type resp struct {
 	body   []byte
 }
 
-func (r resp) errBody(t testing.TB) errorBody {
+func (r resp) errBody(t testing.TB) api.ErrorBody {
 	t.Helper()
-	var e errorBody
+	var e api.ErrorBody
 	if err := json.Unmarshal(r.body, &e); err != nil {
 		t.Fatalf("status %d: error body is not JSON: %q", r.status, r.body)
 	}

@@ -1,47 +1,11 @@
 package server
 
 import (
-	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
-
-	"github.com/laggard-dev/laggard/internal/signal"
-	"github.com/laggard-dev/laggard/internal/store"
 )
-
-// errorBody is every API error: {"error": "...", "field": "..."}.
-type errorBody struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v) // a failed write means the client left
-}
-
-// fail writes an API error. A *signal.FieldError names its field. Server
-// faults are logged at warn; client errors only in the debug access log.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
-	body := errorBody{Error: err.Error()}
-	var fe *signal.FieldError
-	if errors.As(err, &fe) {
-		body.Field = fe.Field
-	}
-	if status >= 500 {
-		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-	} else {
-		s.log.Debug("request rejected", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-	}
-	writeJSON(w, status, body)
-}
-
-func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
 
 // statusWriter records the status and size for access logs and metrics.
 // It forwards Flush (streamed exports) and Unwrap (http.ResponseController).
@@ -91,8 +55,8 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 				route = "other"
 			}
 			d := time.Since(start)
-			s.m.requests.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
-			s.m.requestSeconds.WithLabelValues(route).Observe(d.Seconds())
+			s.hm.requests.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
+			s.hm.requestSeconds.WithLabelValues(route).Observe(d.Seconds())
 			if s.log.Enabled(r.Context(), slog.LevelDebug) {
 				s.log.Debug("http", "method", r.Method, "path", r.URL.Path, "route", route, "status", sw.status,
 					"bytes", sw.bytes, "dur", d, "remote", r.RemoteAddr)
@@ -100,26 +64,4 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(sw, r)
 	})
-}
-
-// shedLog rate-limits the queue-full warning: under overload every request
-// would otherwise log, making the overload worse.
-type shedLog struct {
-	mu     sync.Mutex
-	last   time.Time
-	missed int
-}
-
-const shedLogEvery = 10 * time.Second
-
-func (l *shedLog) note(log *slog.Logger, job string, depth int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if now.Sub(l.last) < shedLogEvery {
-		l.missed++
-		return
-	}
-	log.Warn("ingest queue full, shedding with 429", "job", job, "queue_depth", depth, "shed_since_last_log", l.missed+1)
-	l.last, l.missed = now, 0
 }

@@ -14,7 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/api"
+	"github.com/laggard-dev/laggard/internal/buildinfo"
+	"github.com/laggard-dev/laggard/internal/catalog"
+	"github.com/laggard-dev/laggard/internal/detect"
+	"github.com/laggard-dev/laggard/internal/ingest"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/store"
 )
 
 // Config configures a Server. Zero fields take the defaults below.
@@ -23,24 +30,22 @@ type Config struct {
 	Addr string
 	// DataDir is the store's directory; informational (logged).
 	DataDir string
-	// QueueDepth is the ingest queue capacity in batches (default 1024).
-	// A full queue answers 429.
+	// QueueDepth is the ingest queue capacity in requests (default 1024)
+	// and QueueBytes in request bytes (default 256 MiB). A full queue
+	// answers 429.
 	QueueDepth int
+	QueueBytes int64
 	// MaxBodyBytes bounds a request body (default 64 MiB); larger is 413.
 	MaxBodyBytes int64
 	// MaxCommitBatches and MaxCommitVectors bound one group commit
 	// (defaults 256 and 1<<18).
 	MaxCommitBatches int
 	MaxCommitVectors int
-	// MaxReportCells caps a report window's steps×ranks×effective stages
-	// (default 1e8, ~800 MB of float64); larger windows are 413.
-	MaxReportCells int64
-	// ReportSteps is the default window of a report, in steps (default 200).
-	ReportSteps int
-	// PrefetchLookback is how many steps before a report window are also
-	// scanned so a prefetched data wait recorded there is charged to the
-	// step inside the window that consumed it (App. A). Default 8.
-	PrefetchLookback int
+	// Analysis bounds reports (window cells, default window, time axis).
+	Analysis analysis.Limits
+	// Detect configures the background evaluation of active jobs; a
+	// negative Interval disables it.
+	Detect detect.Config
 	// RetryAfter is the back-off advertised with 429 (default 1s).
 	RetryAfter time.Duration
 	// ShutdownTimeout bounds the graceful drain of open requests (default
@@ -57,13 +62,7 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	setDefault(&c.QueueDepth, 1024)
 	setDefault(&c.MaxBodyBytes, 64<<20)
-	setDefault(&c.MaxCommitBatches, 256)
-	setDefault(&c.MaxCommitVectors, 1<<18)
-	setDefault(&c.MaxReportCells, 100_000_000)
-	setDefault(&c.ReportSteps, 200)
-	setDefault(&c.PrefetchLookback, 8)
 	setDefault(&c.RetryAfter, time.Second)
 	setDefault(&c.ShutdownTimeout, 30*time.Second)
 	if c.Logger == nil {
@@ -77,53 +76,95 @@ func setDefault[T int | int64 | time.Duration](p *T, v T) {
 	}
 }
 
-// Server serves the laggard HTTP API. Create it with New; it is safe for
-// concurrent use.
+// Store is what the server needs from internal/store. *store.Store
+// implements it; tests substitute fakes (a blocking writer for
+// backpressure, a failing one for error paths).
+type Store interface {
+	catalog.Store
+	analysis.Source
+	// AppendMany stores several batches atomically and durably in one
+	// write; the ingest writer's group commit.
+	AppendMany([]store.Batch) error
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Server wires laggard's components into one process: the catalog, the
+// ingest queue and its writer, the analysis layer, the background
+// evaluation, the HTTP API, /metrics, /healthz and the UI. Create it with
+// New; it is safe for concurrent use.
 type Server struct {
-	cfg     Config
-	st      Store
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	m       *metrics
-	q       *queue
-	handler http.Handler
-	jobs    *jobCache
-	shed    shedLog
+	cfg      Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	hm       *httpMetrics
+	vectors  *api.VectorQueue
+	analyzer *analysis.Analyzer
+	detector *detect.Detector
+	handler  http.Handler
 
 	mu        sync.Mutex
 	addr      net.Addr
 	closeOnce sync.Once
 }
 
-// New returns a server over st and starts its ingest writer. Call Close
-// (or let ListenAndServe/Serve return) to drain it; st stays open and is
-// the caller's to close afterwards.
+// New returns a server over st and starts its ingest writer and the
+// background evaluation. Call Close (or let Serve return) to stop them; st
+// stays open and is the caller's to close afterwards.
 func New(cfg Config, st Store) (*Server, error) {
 	if st == nil {
 		return nil, errors.New("server: nil store")
 	}
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, st: st, log: cfg.Logger.With("component", "server"), reg: cfg.Registry}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"), reg: cfg.Registry}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	s.jobs = newJobCache(st)
-	var q *queue
-	m, err := newMetrics(s.reg, func() float64 {
-		if q == nil {
-			return 0
-		}
-		return float64(q.depth())
-	})
+	var err error
+	if s.hm, err = newHTTPMetrics(s.reg); err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
+	if err := buildinfo.Register(s.reg); err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
+	qm, err := ingest.NewMetrics(s.reg)
 	if err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
-	m.queueCap.Set(float64(cfg.QueueDepth))
-	s.m = m
-	q = newQueue(st, cfg.QueueDepth, cfg.MaxCommitBatches, cfg.MaxCommitVectors, s.log, m)
-	s.q = q
-	s.handler = s.routes()
+	am, err := api.NewMetrics(s.reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
+	s.vectors = ingest.New(ingest.Config{MaxRequests: cfg.QueueDepth, MaxBytes: cfg.QueueBytes,
+		MaxCommitRequests: cfg.MaxCommitBatches, MaxCommitItems: cfg.MaxCommitVectors},
+		func(reqs []*ingest.Request[[]stagevec.Vector]) error {
+			batches := make([]store.Batch, len(reqs))
+			for i, r := range reqs {
+				batches[i] = store.Batch{JobID: r.Job, Vectors: r.Payload}
+			}
+			return st.AppendMany(batches)
+		}, s.log, qm)
+	cat := catalog.New(st)
+	s.analyzer = analysis.New(st, cfg.Analysis)
+	if s.detector, err = detect.New(cfg.Detect, cat, st, s.analyzer, s.reg, s.log); err != nil {
+		s.vectors.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	mux := http.NewServeMux()
+	api.New(api.Deps{Catalog: cat, Reader: st, Vectors: s.vectors, Reporter: s.analyzer, Diagnoses: s.detector,
+		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter}).Register(mux)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	ui := cfg.UI
+	if ui == nil {
+		ui = http.HandlerFunc(plainIndex)
+	}
+	mux.Handle("/", ui)
+	s.handler = s.instrument(mux)
 	return s, nil
 }
 
@@ -132,6 +173,9 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 // Handler returns the server's HTTP handler (API, metrics, UI).
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Detector returns the background evaluation.
+func (s *Server) Detector() *detect.Detector { return s.detector }
 
 // Addr returns the address being served, or the configured Addr before
 // Serve has started.
@@ -153,10 +197,11 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve serves on ln until ctx is done, then shuts down gracefully: stop
-// accepting connections, let open requests finish (each waiting ingest
-// request is acknowledged as its batch commits), drain the ingest queue and
-// stop the writer. It returns nil after a clean shutdown.
+// Serve serves on ln and runs the background evaluation until ctx is
+// done, then shuts down gracefully: stop accepting connections, let open
+// requests finish (each waiting ingest request is acknowledged as its
+// batch commits), drain the ingest queue and stop the writer. It returns
+// nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.mu.Lock()
 	s.addr = ln.Addr()
@@ -167,7 +212,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	s.log.Info("serving", "addr", ln.Addr().String(), "data", s.cfg.DataDir, "queue_depth", s.cfg.QueueDepth)
+	s.log.Info("serving", "addr", ln.Addr().String(), "data", s.cfg.DataDir)
+	dctx, stopDetect := context.WithCancel(ctx)
+	detectDone := make(chan struct{})
+	go func() { defer close(detectDone); s.detector.Run(dctx) }()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	var serveErr error
@@ -175,6 +223,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case serveErr = <-errc:
 	case <-ctx.Done():
 	}
+	stopDetect()
+	<-detectDone
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	shutErr := hs.Shutdown(sctx)
@@ -193,35 +243,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // is committed and acknowledged. Later ingest requests get 503. It does
 // not close the store.
 func (s *Server) Close() error {
-	s.closeOnce.Do(s.q.close)
+	s.closeOnce.Do(s.vectors.Close)
 	return nil
-}
-
-// routes builds the mux (Go 1.22 method+wildcard patterns).
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/jobs", s.handleJobs)
-	mux.HandleFunc("GET /api/v1/jobs/{id}", s.handleJob)
-	mux.HandleFunc("PUT /api/v1/jobs/{id}", s.handlePutJob)
-	mux.HandleFunc("POST /api/v1/jobs/{id}/ranks", s.handleRank)
-	mux.HandleFunc("POST /api/v1/jobs/{id}/vectors", s.handleIngest)
-	mux.HandleFunc("GET /api/v1/jobs/{id}/report", s.handleReport)
-	mux.HandleFunc("GET /api/v1/jobs/{id}/export", s.handleExport)
-	// Unknown API paths get a JSON 404 rather than falling through to the UI.
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no API route %s %s", r.Method, r.URL.Path))
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "ok")
-	})
-	ui := s.cfg.UI
-	if ui == nil {
-		ui = http.HandlerFunc(plainIndex)
-	}
-	mux.Handle("/", ui)
-	return s.instrument(mux)
 }
 
 func plainIndex(w http.ResponseWriter, r *http.Request) {
@@ -231,17 +254,4 @@ func plainIndex(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprintln(w, "laggard: the web UI is not built into this server.\nAPI: /api/v1/jobs   metrics: /metrics   health: /healthz")
-}
-
-// job returns the cached job or an HTTP error status for it.
-func (s *Server) job(id string) (*signal.Job, int, error) {
-	j, err := s.jobs.get(id)
-	switch {
-	case err == nil:
-		return j, 0, nil
-	case isNotFound(err):
-		return nil, http.StatusNotFound, fmt.Errorf("unknown job %q", id)
-	default:
-		return nil, http.StatusInternalServerError, err
-	}
 }

@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/ingest"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/wire/stagefile"
@@ -128,17 +129,18 @@ func TestEndToEnd(t *testing.T) {
 	sameVectors(t, part, first[40:80])
 
 	res = do(t, "GET", base+"/api/v1/jobs/train-1/report?last=20&tau=0.9", "", nil)
-	var rep stagefrontier.Report
-	if res.status != http.StatusOK || json.Unmarshal(res.body, &rep) != nil {
+	var jr analysis.Report
+	if res.status != http.StatusOK || json.Unmarshal(res.body, &jr) != nil || len(jr.Groups) != 1 {
 		t.Fatalf("report: %d %.300s", res.status, res.body)
 	}
-	if rep.JobID != "train-1" || rep.FirstStep != 80 || rep.LastStep != 99 || rep.NumSteps != 20 || rep.NumRanks != 4 ||
-		rep.Config.CandidateThreshold != 0.9 || rep.Top1 != stagevec.StageData {
-		t.Fatalf("report: job=%s steps=%d..%d n=%d ranks=%d tau=%v top1=%s", rep.JobID, rep.FirstStep, rep.LastStep,
-			rep.NumSteps, rep.NumRanks, rep.Config.CandidateThreshold, rep.Top1)
+	rep := jr.Groups[0].Report
+	if jr.SchemaVersion != analysis.ReportSchema || jr.Window.From != 80 || jr.Window.To != 99 {
+		t.Fatalf("report window %+v schema %q", jr.Window, jr.SchemaVersion)
 	}
-	if v := metric(t, base, `laggard_frontier_share{job="train-1",stage="data.next_wait"}`); v == "0" {
-		t.Fatalf("frontier share gauge not set: %s", v)
+	if rep.JobID != "train-1" || rep.FirstStep != 80 || rep.LastStep != 99 || rep.NumSteps != 20 || rep.NumRanks != 4 ||
+		rep.Config.CandidateThreshold != 0.9 || rep.Top1 != stagevec.StageData || jr.Headline.Rank != 1 {
+		t.Fatalf("report: job=%s steps=%d..%d n=%d ranks=%d tau=%v top1=%s headline=%+v", rep.JobID, rep.FirstStep, rep.LastStep,
+			rep.NumSteps, rep.NumRanks, rep.Config.CandidateThreshold, rep.Top1, jr.Headline)
 	}
 	if v := metric(t, base, `laggard_ingest_vectors_total{encoding="protobuf",job="train-1"}`); v != "200" {
 		t.Fatalf("protobuf vectors counter = %s, want 200", v)
@@ -148,6 +150,9 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if v := metric(t, base, `laggard_ingest_queue_capacity`); v != "1024" {
 		t.Fatalf("queue capacity = %s", v)
+	}
+	if !strings.Contains(string(do(t, "GET", base+"/metrics", "", nil).body), "laggard_build_info{") {
+		t.Fatal("laggard_build_info not exposed")
 	}
 	if r := do(t, "GET", base+"/healthz", "", nil); r.status != http.StatusOK || string(r.body) != "ok\n" {
 		t.Fatalf("healthz: %d %q", r.status, r.body)
@@ -174,13 +179,13 @@ func TestIngestRejects(t *testing.T) {
 		field             string
 		reason            string
 	}{
-		{"short durations", "j", jsonType, jsonBatch(t, bad), 400, "vectors[3].durations_ms", reasonInvalid},
-		{"rank outside world (proto)", "j", protoType, protoBatch(t, badProto), 400, "vectors[1].rank", reasonInvalid},
-		{"unknown field", "j", jsonType, []byte(`{"vectors":[{"step":1,"rnk":0}]}`), 400, "vectors[0].rnk", reasonInvalid},
-		{"garbage proto", "j", protoType, []byte{0x0a, 0x09}, 400, "body", reasonInvalid},
-		{"unknown job", "nope", jsonType, jsonBatch(t, good), 404, "", reasonUnknownJob},
-		{"media type", "j", "text/csv", []byte("step,rank"), 415, "", reasonMediaType},
-		{"too large", "j", jsonType, big, 413, "", reasonTooLarge},
+		{"short durations", "j", jsonType, jsonBatch(t, bad), 400, "vectors[3].durations_ms", "invalid"},
+		{"rank outside world (proto)", "j", protoType, protoBatch(t, badProto), 400, "vectors[1].rank", "invalid"},
+		{"unknown field", "j", jsonType, []byte(`{"vectors":[{"step":1,"rnk":0}]}`), 400, "vectors[0].rnk", "invalid"},
+		{"garbage proto", "j", protoType, []byte{0x0a, 0x09}, 400, "body", "invalid"},
+		{"unknown job", "nope", jsonType, jsonBatch(t, good), 404, "", "unknown_job"},
+		{"media type", "j", "text/csv", []byte("step,rank"), 415, "", "unsupported_media_type"},
+		{"too large", "j", jsonType, big, 413, "", "too_large"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -275,20 +280,6 @@ func TestRegistration(t *testing.T) {
 		if rk.Rank != i || rk.Host != fmt.Sprintf("h%d", i) || rk.Role.DP != -1 {
 			t.Fatalf("ranks[%d] = %+v", i, rk)
 		}
-	}
-}
-
-func TestMergeRanks(t *testing.T) {
-	in := []signal.Rank{{Rank: 1, Host: "a"}, {Rank: 3}}
-	got := mergeRanks(in, []signal.Rank{{Rank: 2}, {Rank: 0}, {Rank: 1, Host: "b"}, {Rank: 5}})
-	want := []int{0, 1, 2, 3, 5}
-	for i, rk := range got {
-		if rk.Rank != want[i] {
-			t.Fatalf("order %v", got)
-		}
-	}
-	if got[1].Host != "b" || in[0].Host != "a" || len(in) != 2 {
-		t.Fatalf("replace or aliasing wrong: got %v in %v", got, in)
 	}
 }
 
@@ -422,7 +413,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 			<-st.entered // the writer holds batch 0 mid-commit; the rest queue
 		}
 	}
-	waitFor(t, func() bool { return s.q.depth() == n-1 })
+	waitFor(t, func() bool { return s.vectors.Depth() == n-1 })
 	cancel()
 	select {
 	case err := <-done:
@@ -441,17 +432,17 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	if st.count("j") != 2*n {
 		t.Fatalf("stored %d vectors, want %d", st.count("j"), 2*n)
 	}
-	if err := s.q.submit(&pending{}); !errors.Is(err, errClosed) {
+	if _, err := s.vectors.Submit("j", nil, 0, 0); !errors.Is(err, ingest.ErrClosed) {
 		t.Fatalf("queue still open after shutdown: %v", err)
 	}
 }
 
 func TestReportErrors(t *testing.T) {
 	st := newMemStore()
-	_, ts := start(t, st, Config{MaxReportCells: 1000})
+	_, ts := start(t, st, Config{Analysis: analysis.Limits{MaxCells: 1000}})
 	register(t, ts.URL, testJob("j", 4), http.StatusCreated)
 	base := ts.URL + "/api/v1/jobs/j/report"
-	if r := do(t, "GET", base, "", nil); r.status != 404 || !strings.Contains(r.errBody(t).Error, "no vectors") {
+	if r := do(t, "GET", base, "", nil); r.status != 404 || !strings.Contains(r.errBody(t).Error, "no stage vectors") {
 		t.Fatalf("empty job: %d %s", r.status, r.body)
 	}
 	if r := do(t, "POST", ts.URL+"/api/v1/jobs/j/vectors", jsonType, jsonBatch(t, vectors(4, 0, 100))); r.status != 200 {
@@ -488,14 +479,15 @@ func TestReportErrors(t *testing.T) {
 		t.Fatalf("unknown job report: %d", r.status)
 	}
 
-	// An engine error is a JSON 500: here a stored vector the job's schema
-	// no longer accepts makes the assembler fail.
+	// Stored data never fails a report: a stored vector the job's schema
+	// no longer accepts is left out and the report says so.
 	st.mu.Lock()
 	st.vecs["j"][0].Durations = []float64{1}
 	st.mu.Unlock()
 	r := do(t, "GET", base+"?from=0&to=3", "", nil)
-	if r.status != 500 || !strings.Contains(r.errBody(t).Error, "analysis failed") {
-		t.Fatalf("engine error: %d %s", r.status, r.body)
+	var jr analysis.Report
+	if r.status != 200 || json.Unmarshal(r.body, &jr) != nil || len(jr.Notes) == 0 || !strings.Contains(strings.Join(jr.Notes, " "), "1 stored vectors do not fit") {
+		t.Fatalf("bad stored vector: %d %.400s", r.status, r.body)
 	}
 }
 

@@ -100,10 +100,48 @@ func (j *Job) RankInfo(r int) (Rank, bool) {
 	return j.Ranks[i], true
 }
 
-// GroupOf returns the role group of rank r (DefaultGroup before it joined).
+// GroupOf returns the role group of rank r. A rank that never joined
+// (its join was lost, or it reports before joining) is counted in the
+// only role group of the joined ranks when that group reports the job's
+// default schema — a homogeneous job stays one group — and in
+// DefaultGroup otherwise. Use Grouping for many ranks.
 func (j *Job) GroupOf(r int) string {
-	rk, _ := j.RankInfo(r)
-	return rk.Role.Group()
+	if rk, ok := j.RankInfo(r); ok {
+		return rk.Role.Group()
+	}
+	return j.unjoinedGroup()
+}
+
+func (j *Job) unjoinedGroup() string {
+	g := ""
+	for _, rk := range j.Ranks {
+		switch k := rk.Role.Group(); {
+		case g == "":
+			g = k
+		case k != g:
+			return DefaultGroup
+		}
+	}
+	if g == "" || j.GroupSchema(g).OrderHash() != j.Schema.OrderHash() {
+		return DefaultGroup
+	}
+	return g
+}
+
+// Grouping returns the role group of every rank 0..WorldSize-1 (GroupOf
+// for all ranks at once).
+func (j *Job) Grouping() []string {
+	out := make([]string, j.WorldSize)
+	unjoined := j.unjoinedGroup()
+	for i := range out {
+		out[i] = unjoined
+	}
+	for _, rk := range j.Ranks {
+		if rk.Rank >= 0 && rk.Rank < len(out) {
+			out[rk.Rank] = rk.Role.Group()
+		}
+	}
+	return out
 }
 
 // GroupSchema returns the schema role group g reports: its declared one,
@@ -117,12 +155,17 @@ func (j *Job) GroupSchema(g string) Schema {
 	return j.Schema
 }
 
-// SchemaFor returns the ordered stage list rank r reports.
+// SchemaFor returns the ordered stage list rank r reports: its role
+// group's, and the job's default before it joined.
 func (j *Job) SchemaFor(r int) Schema {
 	if len(j.Groups) == 0 {
 		return j.Schema
 	}
-	return j.GroupSchema(j.GroupOf(r))
+	rk, ok := j.RankInfo(r)
+	if !ok {
+		return j.Schema
+	}
+	return j.GroupSchema(rk.Role.Group())
 }
 
 var jobIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)

@@ -141,11 +141,15 @@ func (a *asm) selectGroup(g string) {
 		return
 	}
 	a.hash = a.schema.OrderHash()
+	var groups []string
+	if g != "" {
+		groups = job.Grouping()
+	}
 	for r := 0; r < job.WorldSize; r++ {
 		rk, _ := job.RankInfo(r)
 		rk.Schema = nil
 		if g != "" {
-			if rk.Role.Group() != g {
+			if groups[r] != g {
 				a.pos[r] = -1
 				continue
 			}

@@ -118,19 +118,16 @@ func checkWindow(w *stagevec.Window) (k int, err error) {
 	return k, nil
 }
 
-// roleGroups counts the diagnosis groups among reporting ranks: ranks are
-// comparable when their pipeline stage and role name agree (App. A Table
-// 11, "role metadata sufficient for the chosen group").
+// roleGroups counts the role groups (signal.Role.Group) among reporting
+// ranks (App. A Table 11, "role metadata sufficient for the chosen
+// group"). Ranks with no role metadata at all are not counted: they
+// neither split nor join a group.
 func roleGroups(w *stagevec.Window, seen []bool) int {
-	type key struct {
-		pp   int
-		name string
-	}
-	groups := map[key]bool{}
+	groups := map[string]bool{}
 	for r, rk := range w.Ranks {
-		if seen[r] {
-			groups[key{rk.Role.PP, rk.Role.Name}] = true
+		if seen[r] && rk.Role != signal.UnknownRole {
+			groups[rk.Role.Group()] = true
 		}
 	}
-	return len(groups)
+	return max(len(groups), 1)
 }

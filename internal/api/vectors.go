@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"errors"
@@ -9,18 +9,11 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/laggard-dev/laggard/internal/ingest"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/wire/laggardv1"
 )
-
-// decodeStatus maps a wire decoder error to its HTTP status.
-func decodeStatus(err error) int {
-	if errors.Is(err, laggardv1.ErrTooLarge) {
-		return http.StatusRequestEntityTooLarge
-	}
-	return http.StatusBadRequest
-}
 
 type decoder func(io.Reader, *signal.Job, int64) ([]stagevec.Vector, error)
 
@@ -33,7 +26,7 @@ func bodyDecoder(r *http.Request) (decoder, string, error) {
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
-		return nil, "", fmt.Errorf("bad Content-Type %q: %v", ct, err)
+		return nil, "", fmt.Errorf("bad Content-Type %q: %v", signal.Clip(ct), err)
 	}
 	switch mt {
 	case "application/json",
@@ -43,7 +36,7 @@ func bodyDecoder(r *http.Request) (decoder, string, error) {
 	case "application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf":
 		return laggardv1.DecodeProtoBatch, encodingProto, nil
 	}
-	return nil, "", fmt.Errorf("unsupported Content-Type %q: send application/json or application/x-protobuf", mt)
+	return nil, "", fmt.Errorf("unsupported Content-Type %q: send application/json or application/x-protobuf", signal.Clip(mt))
 }
 
 // countingReader counts body bytes for the ingest bytes metric.
@@ -58,63 +51,66 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// handleIngest validates a batch completely (nothing is stored on any
+// ingestVectors validates a batch completely (nothing is stored on any
 // error), queues it and answers only after the writer has committed it.
-func (s *Server) handleIngest(w http.ResponseWriter, r *http.Request) {
+func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
+	m := a.d.Metrics
 	id := r.PathValue("id")
-	job, status, err := s.job(id)
+	job, err := a.d.Catalog.Get(id)
 	if err != nil {
-		s.reject(w, r, status, reasonFor(status, reasonUnknownJob), err)
+		err = fmt.Errorf("unknown job %q: %w", signal.Clip(id), err)
+		status := statusOf(err)
+		a.reject(w, r, status, reasonFor(status, reasonUnknownJob), err)
 		return
 	}
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
-		s.reject(w, r, http.StatusUnsupportedMediaType, reasonMediaType, fmt.Errorf("unsupported Content-Encoding %q", enc))
+		a.reject(w, r, http.StatusUnsupportedMediaType, reasonMediaType, fmt.Errorf("unsupported Content-Encoding %q", signal.Clip(enc)))
 		return
 	}
-	if r.ContentLength > s.cfg.MaxBodyBytes {
-		s.reject(w, r, http.StatusRequestEntityTooLarge, reasonTooLarge,
-			fmt.Errorf("%w: %d bytes, the limit is %d; send smaller batches", laggardv1.ErrTooLarge, r.ContentLength, s.cfg.MaxBodyBytes))
+	if r.ContentLength > a.d.MaxBodyBytes {
+		a.reject(w, r, http.StatusRequestEntityTooLarge, reasonTooLarge,
+			fmt.Errorf("%w: %d bytes, the limit is %d; send smaller batches", laggardv1.ErrTooLarge, r.ContentLength, a.d.MaxBodyBytes))
 		return
 	}
 	decode, encoding, err := bodyDecoder(r)
 	if err != nil {
-		s.reject(w, r, http.StatusUnsupportedMediaType, reasonMediaType, err)
+		a.reject(w, r, http.StatusUnsupportedMediaType, reasonMediaType, err)
 		return
 	}
 	body := &countingReader{r: r.Body}
-	vs, err := decode(body, job, s.cfg.MaxBodyBytes)
+	vs, err := decode(body, job, a.d.MaxBodyBytes)
 	if err != nil {
-		status := decodeStatus(err)
-		s.reject(w, r, status, reasonFor(status, reasonInvalid), err)
+		status := statusOf(err)
+		a.reject(w, r, status, reasonFor(status, reasonInvalid), err)
 		return
 	}
 	if len(vs) == 0 {
 		writeJSON(w, http.StatusOK, map[string]int{"accepted": 0})
 		return
 	}
-	p := &pending{job: job.ID, encoding: encoding, vectors: vs, bytes: body.n, done: make(chan error, 1)}
-	switch err := s.q.submit(p); {
-	case errors.Is(err, errQueueFull):
-		s.m.shed.Inc()
-		s.shed.note(s.log, job.ID, s.q.depth())
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(max(1, s.cfg.RetryAfter.Seconds())))))
-		s.reject(w, r, http.StatusTooManyRequests, reasonQueueFull, err)
+	done, err := a.d.Vectors.Submit(job.ID, vs, len(vs), body.n)
+	switch {
+	case errors.Is(err, ingest.ErrFull):
+		m.noteShed(a.d.Log, job.ID, a.d.Vectors.Depth())
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(max(1, a.d.RetryAfter.Seconds())))))
+		a.reject(w, r, http.StatusTooManyRequests, reasonQueueFull, err)
 		return
 	case err != nil:
-		s.reject(w, r, http.StatusServiceUnavailable, reasonShutdown, err)
+		a.reject(w, r, http.StatusServiceUnavailable, reasonShutdown, err)
 		return
 	}
 	select {
-	case err := <-p.done:
+	case err := <-done:
 		var fe *signal.FieldError
 		switch {
 		case errors.As(err, &fe): // a value the store cannot represent
-			s.reject(w, r, http.StatusBadRequest, reasonInvalid, err)
+			a.reject(w, r, http.StatusBadRequest, reasonInvalid, err)
 			return
 		case err != nil:
-			s.reject(w, r, http.StatusInternalServerError, reasonStoreError, fmt.Errorf("storing batch: %w", err))
+			a.reject(w, r, http.StatusInternalServerError, reasonStoreError, fmt.Errorf("storing batch: %w", err))
 			return
 		}
+		m.countStored(job.ID, encoding, vs, body.n)
 		writeJSON(w, http.StatusOK, map[string]int{"accepted": len(vs)})
 	case <-r.Context().Done():
 		// The client left; the batch still commits (it was valid), it
@@ -128,11 +124,13 @@ func reasonFor(status int, reason string) string {
 		return reasonTooLarge
 	case http.StatusInternalServerError:
 		return reasonStoreError
+	case http.StatusConflict:
+		return reasonConflict
 	}
 	return reason
 }
 
-func (s *Server) reject(w http.ResponseWriter, r *http.Request, status int, reason string, err error) {
-	s.m.rejected.WithLabelValues(reason).Inc()
-	s.fail(w, r, status, err)
+func (a *API) reject(w http.ResponseWriter, r *http.Request, status int, reason string, err error) {
+	a.d.Metrics.rejected.WithLabelValues(reason).Inc()
+	a.fail(w, r, status, err)
 }

@@ -1,0 +1,203 @@
+package ingest
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// gatedCommit records committed payloads; while gate is non-nil each
+// commit waits for a token.
+type gatedCommit struct {
+	mu      sync.Mutex
+	got     [][]string
+	gate    chan struct{}
+	entered chan struct{}
+	fail    string // a payload whose commit fails
+	once    sync.Once
+}
+
+// open lets every further commit through.
+func (g *gatedCommit) open() {
+	if g.gate != nil {
+		g.once.Do(func() { close(g.gate) })
+	}
+}
+
+func (g *gatedCommit) commit(reqs []*Request[string]) error {
+	if g.entered != nil {
+		g.entered <- struct{}{}
+	}
+	if g.gate != nil {
+		<-g.gate
+	}
+	var ps []string
+	for _, r := range reqs {
+		if r.Payload == g.fail {
+			return errors.New("bad payload " + r.Payload)
+		}
+		ps = append(ps, r.Payload)
+	}
+	g.mu.Lock()
+	g.got = append(g.got, ps)
+	g.mu.Unlock()
+	return nil
+}
+
+func newTestQueue(t *testing.T, cfg Config, g *gatedCommit) (*Queue[string], *Metrics) {
+	t.Helper()
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := New(cfg, g.commit, nil, m)
+	t.Cleanup(func() {
+		g.open()
+		if g.entered != nil {
+			go func() {
+				for range g.entered {
+				}
+			}()
+		}
+		q.Close()
+	})
+	return q, m
+}
+
+func TestSubmitCommits(t *testing.T) {
+	g := &gatedCommit{}
+	q, _ := newTestQueue(t, Config{}, g)
+	done, err := q.Submit("j", "a", 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.got) != 1 || g.got[0][0] != "a" {
+		t.Fatalf("committed %v", g.got)
+	}
+}
+
+// With the writer held mid-commit, the queue sheds at its request bound
+// and at its byte bound; released, every admitted request commits and a
+// group folds what waited.
+func TestBoundsShed(t *testing.T) {
+	g := &gatedCommit{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	q, m := newTestQueue(t, Config{MaxRequests: 3, MaxBytes: 100}, g)
+	first, err := q.Submit("j", "held", 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered // the writer holds "held"
+	var dones []<-chan error
+	for _, p := range []string{"a", "b"} {
+		d, err := q.Submit("j", p, 1, 40)
+		if err != nil {
+			t.Fatalf("submit %s: %v", p, err)
+		}
+		dones = append(dones, d)
+	}
+	if _, err := q.Submit("j", "too-many-bytes", 1, 40); !errors.Is(err, ErrFull) {
+		t.Errorf("over the byte bound: %v", err)
+	}
+	if d, err := q.Submit("j", "c", 1, 1); err != nil {
+		t.Errorf("under both bounds: %v", err)
+	} else {
+		dones = append(dones, d)
+	}
+	if _, err := q.Submit("j", "d", 1, 1); !errors.Is(err, ErrFull) {
+		t.Errorf("over the request bound: %v", err)
+	}
+	if got := testutil.ToFloat64(m.shed); got != 2 {
+		t.Errorf("shed_total %v, want 2", got)
+	}
+	g.gate <- struct{}{}
+	<-g.entered
+	g.gate <- struct{}{}
+	for _, d := range append(dones, first) {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.mu.Lock()
+	got := g.got
+	g.mu.Unlock()
+	if len(got) != 2 || !slices.Equal(got[1], []string{"a", "b", "c"}) {
+		t.Errorf("commits %v, want [held] then one group [a b c]", got)
+	}
+	if b := q.QueuedBytes(); b != 0 {
+		t.Errorf("%d bytes still accounted after commit", b)
+	}
+}
+
+// A request larger than the byte bound is admitted into an empty queue.
+func TestOversizedRequestAdmittedAlone(t *testing.T) {
+	q, _ := newTestQueue(t, Config{MaxBytes: 10}, &gatedCommit{})
+	d, err := q.Submit("j", "big", 1, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-d; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A failing request in a group commit fails alone.
+func TestGroupFailureIsolated(t *testing.T) {
+	g := &gatedCommit{gate: make(chan struct{}), entered: make(chan struct{}, 16), fail: "bad"}
+	q, _ := newTestQueue(t, Config{}, g)
+	held, _ := q.Submit("j", "held", 1, 1)
+	<-g.entered
+	good, _ := q.Submit("j", "good", 1, 1)
+	bad, _ := q.Submit("j", "bad", 1, 1)
+	g.open()
+	go func() {
+		for range g.entered {
+		}
+	}()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-good; err != nil {
+		t.Errorf("good request failed with its group: %v", err)
+	}
+	if err := <-bad; err == nil {
+		t.Error("bad request committed")
+	}
+}
+
+func TestCloseDrains(t *testing.T) {
+	g := &gatedCommit{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	q, _ := newTestQueue(t, Config{}, g)
+	var dones []<-chan error
+	for _, p := range []string{"a", "b", "c"} {
+		d, _ := q.Submit("j", p, 1, 1)
+		dones = append(dones, d)
+	}
+	<-g.entered
+	closed := make(chan struct{})
+	go func() { q.Close(); close(closed) }()
+	time.Sleep(10 * time.Millisecond)
+	if _, err := q.Submit("j", "late", 1, 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("submit after close: %v", err)
+	}
+	g.open()
+	go func() {
+		for range g.entered {
+		}
+	}()
+	<-closed
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
