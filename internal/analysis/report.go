@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/store"
 )
 
 // ReportSchema versions the JSON of Report; the CLI's --json, the API and
@@ -127,3 +128,12 @@ type StageChangePoint struct {
 	BeforeMS float64    `json:"before_ms"`
 	AfterMS  float64    `json:"after_ms"`
 }
+
+// Aliases so layers above analysis (detect, api) name these types without
+// importing the store or the engines themselves.
+type (
+	// JobStats is a job's stored-step summary.
+	JobStats = store.JobStats
+	// Headline is a plain-language diagnosis.
+	Headline = stagefrontier.Headline
+)

@@ -19,10 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/laggard-dev/laggard/internal/analysis"
-	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/stats"
-	"github.com/laggard-dev/laggard/internal/store"
 )
 
 // Config schedules the evaluation. Zero fields take the defaults.
@@ -62,7 +60,7 @@ type Jobs interface {
 
 // Stats reads a job's stored-step summary; *store.Store implements it.
 type Stats interface {
-	Stats(job string) (store.JobStats, error)
+	Stats(job string) (analysis.JobStats, error)
 }
 
 // Reporter runs job reports; *analysis.Analyzer implements it.
@@ -77,7 +75,7 @@ type Summary struct {
 	LastStep    int64                  `json:"last_step"`
 	Active      bool                   `json:"active"`
 	Window      analysis.Window        `json:"window"`
-	Headline    stagefrontier.Headline `json:"headline"`
+	Headline    analysis.Headline `json:"headline"`
 	// ExposedMS is the median exposed step time over the window.
 	ExposedMS  float64               `json:"exposed_ms"`
 	LastChange *analysis.ChangePoint `json:"last_change,omitempty"`
@@ -256,7 +254,7 @@ func (d *Detector) evaluate(ctx context.Context, id string) {
 	d.m.evaluations.WithLabelValues("ok").Inc()
 	sum.Window, sum.Headline = rep.Window, rep.Headline
 	if len(rep.Groups) > 0 {
-		sum.ExposedMS = medianExposed(rep.Groups[0].Report)
+		sum.ExposedMS = medianExposed(rep.Groups[0])
 	}
 	if rep.Timeline != nil && len(rep.Timeline.ChangePoints) > 0 {
 		c := rep.Timeline.ChangePoints[len(rep.Timeline.ChangePoints)-1]
@@ -269,9 +267,9 @@ func (d *Detector) evaluate(ctx context.Context, id string) {
 	}
 }
 
-func medianExposed(r *stagefrontier.Report) float64 {
-	xs := make([]float64, len(r.StepSeries))
-	for i, p := range r.StepSeries {
+func medianExposed(g analysis.GroupReport) float64 {
+	xs := make([]float64, len(g.Report.StepSeries))
+	for i, p := range g.Report.StepSeries {
 		xs[i] = p.ExposedMS
 	}
 	return stats.Median(xs)
@@ -338,7 +336,7 @@ func (m *metrics) publish(job string, rep *analysis.Report, sum *Summary, s *job
 	m.drop(job)
 	for _, g := range rep.Groups {
 		r := g.Report
-		m.exposed.WithLabelValues(job, g.Group).Set(medianExposed(r))
+		m.exposed.WithLabelValues(job, g.Group).Set(medianExposed(g))
 		for i, st := range r.Stages {
 			if !r.RawOnly && i < len(r.Share) {
 				m.shareG.WithLabelValues(job, g.Group, st).Set(r.Share[i])

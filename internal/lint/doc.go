@@ -1,0 +1,5 @@
+// Package lint holds repository-wide tests that keep the architecture
+// true (docs/design/architecture.md): data flows one way from the wire to
+// the engines, engines are pure, and only internal/analysis joins the
+// store and the engines.
+package lint

@@ -1,0 +1,167 @@
+package lint
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/laggard-dev/laggard/"
+
+// pkgImports maps each package directory (relative to the repository
+// root) to the imports of its non-test files, and of its test files.
+func pkgImports(t *testing.T) (prod, test map[string][]string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, test = map[string][]string{}, map[string][]string{}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "node_modules", "testdata", "vendor":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		m := prod
+		if strings.HasSuffix(path, "_test.go") {
+			m = test
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if !slices.Contains(m[rel], p) {
+				m[rel] = append(m[rel], p)
+			}
+		}
+		if _, ok := m[rel]; !ok {
+			m[rel] = nil
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prod, test
+}
+
+func internal(p string) (string, bool) {
+	return strings.CutPrefix(p, module)
+}
+
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+// stdlib reports whether an import path is the standard library's.
+func stdlib(p string) bool { return !strings.Contains(strings.SplitN(p, "/", 2)[0], ".") }
+
+// Engines are pure functions over signals: they import only signal/*,
+// stats and the standard library — minus I/O, clocks, logging and
+// process-global randomness.
+var impure = []string{"os", "os/exec", "net", "net/http", "io/ioutil", "log", "log/slog", "time", "math/rand", "syscall", "unsafe", "plugin"}
+
+func TestEnginesArePure(t *testing.T) {
+	prod, _ := pkgImports(t)
+	for dir, imps := range prod {
+		if !under(dir, "internal/engine") && dir != "internal/stats" {
+			continue
+		}
+		for _, p := range imps {
+			in, ok := internal(p)
+			switch {
+			case ok && (under(in, "internal/signal") || (in == "internal/stats" && dir != "internal/stats")):
+			case ok:
+				t.Errorf("%s imports %s: engines import only internal/signal/..., internal/stats and the standard library", dir, p)
+			case !stdlib(p):
+				t.Errorf("%s imports %s: engines take no third-party dependencies", dir, p)
+			case slices.Contains(impure, p) || under(p, "net"):
+				t.Errorf("%s imports %s: engines do no I/O, keep no clocks, logs or global randomness", dir, p)
+			}
+		}
+	}
+}
+
+// Data flows one way: wire → ingest → store → analysis → engines →
+// api/render/ui/cli. Each rule lists what a layer must not import.
+func TestDataFlowsOneWay(t *testing.T) {
+	prod, _ := pkgImports(t)
+	rules := []struct {
+		layer  string
+		forbid []string
+	}{
+		{"internal/signal", []string{"internal/wire", "internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/stats"}},
+		{"internal/wire", []string{"internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+		{"internal/ingest", []string{"internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/wire"}},
+		{"internal/store", []string{"internal/ingest", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+		{"internal/catalog", []string{"internal/store", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server"}},
+		{"internal/analysis", []string{"internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/wire"}},
+		{"internal/detect", []string{"internal/api", "internal/server", "internal/render", "internal/ui"}},
+		{"internal/api", []string{"internal/server", "internal/ui"}},
+		{"internal/render", []string{"internal/store", "internal/api", "internal/server", "internal/ingest"}},
+		{"internal/sim", []string{"internal/store", "internal/analysis", "internal/engine", "internal/api", "internal/server"}},
+	}
+	for dir, imps := range prod {
+		for _, r := range rules {
+			if !under(dir, r.layer) {
+				continue
+			}
+			for _, p := range imps {
+				in, ok := internal(p)
+				if !ok {
+					continue
+				}
+				for _, f := range r.forbid {
+					if under(in, f) {
+						t.Errorf("%s imports %s: %s must not depend on %s (data flows one way; docs/design/architecture.md)", dir, p, r.layer, f)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Only internal/analysis joins storage and the engines, so there is one
+// store→engine path (window resolution, look-back, role groups).
+func TestOnlyAnalysisJoinsStoreAndEngines(t *testing.T) {
+	prod, _ := pkgImports(t)
+	for dir, imps := range prod {
+		var store, engine bool
+		for _, p := range imps {
+			in, ok := internal(p)
+			store = store || (ok && under(in, "internal/store"))
+			engine = engine || (ok && under(in, "internal/engine"))
+		}
+		if store && engine && dir != "internal/analysis" {
+			t.Errorf("%s imports both internal/store and internal/engine/...; only internal/analysis may", dir)
+		}
+	}
+}
+
+// The rules above must see the packages they govern; a rename that moved
+// them all would otherwise pass vacuously.
+func TestLintSeesTheTree(t *testing.T) {
+	prod, _ := pkgImports(t)
+	for _, dir := range []string{"internal/engine/stagefrontier", "internal/analysis", "internal/store", "internal/signal/stagevec", "internal/api"} {
+		if _, ok := prod[dir]; !ok {
+			t.Errorf("package %s not found: update the lint rules", dir)
+		}
+	}
+}
