@@ -66,17 +66,21 @@ func decodeVectors(dec *json.Decoder, job *signal.Job) ([]stagevec.Vector, error
 		return nil, &signal.FieldError{Field: "vectors", Msg: fmt.Sprintf("must be an array, got %v", tokenKind(tok))}
 	}
 	out := make([]stagevec.Vector, 0, 64)
+	var jv jsonVector
 	for i := 0; dec.More(); i++ {
 		path := "vectors[" + strconv.Itoa(i) + "]"
 		if i == MaxBatchVectors {
 			return nil, fmt.Errorf("%w: more than %d vectors in one batch", ErrTooLarge, MaxBatchVectors)
 		}
-		out = append(out, stagevec.Vector{})
-		v := &out[i]
-		if err := dec.Decode(v); err != nil {
+		jv = jsonVector{}
+		if err := dec.Decode(&jv); err != nil {
 			return nil, jsonErr(path, err)
 		}
-		if err := v.Validate(job); err != nil {
+		if err := jv.resolveNames(job); err != nil {
+			return nil, prefix(path, err)
+		}
+		out = append(out, jv.Vector)
+		if err := out[i].Validate(job); err != nil {
 			return nil, prefix(path, err)
 		}
 	}
@@ -202,7 +206,9 @@ func jsonErr(path string, err error) error {
 	case errors.Is(err, ErrTooLarge):
 		return err
 	case errors.As(err, &te):
-		return prefix(path, &signal.FieldError{Field: te.Field, Msg: fmt.Sprintf("cannot use JSON %s as %s", te.Value, te.Type)})
+		// The embedded Vector of jsonVector shows up in the Go path.
+		field := strings.TrimPrefix(te.Field, "Vector.")
+		return prefix(path, &signal.FieldError{Field: field, Msg: fmt.Sprintf("cannot use JSON %s as %s", te.Value, te.Type)})
 	case errors.As(err, &se):
 		return prefix(path, &signal.FieldError{Msg: fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)})
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
@@ -213,4 +219,45 @@ func jsonErr(path string, err error) error {
 		return prefix(path, &signal.FieldError{Field: strings.TrimSuffix(name, `"`), Msg: "unknown field"})
 	}
 	return prefix(path, &signal.FieldError{Msg: strings.TrimPrefix(msg, "json: ")})
+}
+
+// jsonVector is a stage vector as JSON carries it: durations in schema
+// order (durations_ms), or by stage name (stages_ms, which also accepts
+// the default stages' short aliases such as "data").
+type jsonVector struct {
+	stagevec.Vector
+	StagesMS map[string]float64 `json:"stages_ms,omitempty"`
+}
+
+// resolveNames turns stages_ms into durations in the rank's schema order.
+// An unknown name is refused, naming it and the schema's stages, so a
+// typo or a legend name can never be dropped silently.
+func (v *jsonVector) resolveNames(job *signal.Job) error {
+	if v.StagesMS == nil {
+		return nil
+	}
+	if v.Durations != nil {
+		return signal.FieldErrorf("stages_ms", "send either durations_ms or stages_ms, not both")
+	}
+	if v.Rank < 0 || v.Rank >= job.WorldSize {
+		return signal.FieldErrorf("rank", "must be in [0, %d), got %d", job.WorldSize, v.Rank)
+	}
+	schema := job.SchemaFor(v.Rank)
+	n := len(schema.Stages)
+	d := make([]float64, n)
+	residual := false
+	for name, ms := range v.StagesMS {
+		st, ok := stagevec.Resolve(schema, name)
+		if !ok {
+			return signal.FieldErrorf("stages_ms", "unknown stage %q; rank %d's schema has %s", signal.Clip(name), v.Rank, strings.Join(schema.Stages, ", "))
+		}
+		i := schema.Index(st)
+		d[i] = ms
+		residual = residual || i == n-1
+	}
+	if !residual { // derived from wall_ms, as with durations_ms
+		d = d[:n-1]
+	}
+	v.Durations, v.StagesMS = d, nil
+	return nil
 }

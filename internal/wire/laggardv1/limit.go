@@ -58,9 +58,7 @@ func prefix(path string, err error) error {
 	if err == nil || errors.Is(err, ErrTooLarge) {
 		return err
 	}
-	var fe *signal.FieldError
-	if errors.As(err, &fe) {
-		f := fe.Field
+	join := func(f string) string {
 		switch {
 		case f == "":
 			f = path
@@ -72,7 +70,15 @@ func prefix(path string, err error) error {
 		if f == "" {
 			f = "body"
 		}
-		return &signal.FieldError{Field: f, Msg: fe.Msg}
+		return f
+	}
+	var fe *signal.FieldError
+	if errors.As(err, &fe) {
+		return &signal.FieldError{Field: join(fe.Field), Msg: fe.Msg}
+	}
+	var ce *signal.ConflictError // keeps its kind: the API answers 409
+	if errors.As(err, &ce) {
+		return &signal.ConflictError{Field: join(ce.Field), Msg: ce.Msg}
 	}
 	if path == "" {
 		path = "body"
