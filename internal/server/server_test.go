@@ -515,3 +515,83 @@ func TestRoutes(t *testing.T) {
 		t.Fatalf("request counter by route: %s", v)
 	}
 }
+
+// Ranks of another role declare their own stage list at join; vectors
+// carry the order hash; the report diagnoses each role group on its own.
+func TestRoleGroupsEndToEnd(t *testing.T) {
+	_, ts := start(t, openStore(t, t.TempDir()), Config{})
+	base := ts.URL + "/api/v1/jobs/pp"
+	job := testJob("pp", 4)
+	job.RunID = "run-1"
+	register(t, ts.URL, job, http.StatusCreated)
+	pp1 := signal.Schema{Version: "pp/v1", Stages: []string{"recv.wait", stagevec.StageForward, "send.wait", stagevec.StageOther}}
+	join := func(rank, pp int, s *signal.Schema) resp {
+		rk := signal.Rank{Rank: rank, Host: fmt.Sprint("h", rank), Role: signal.Role{DP: rank % 2, TP: -1, PP: pp, EP: -1}, Schema: s}
+		return do(t, "POST", base+"/ranks", jsonType, mustJSON(t, rk))
+	}
+	def := stagevec.DefaultSchema()
+	for _, j := range []struct {
+		rank, pp int
+		s        *signal.Schema
+	}{{0, 0, &def}, {1, 0, &def}, {2, 1, &pp1}, {3, 1, &pp1}} {
+		if r := join(j.rank, j.pp, j.s); r.status != http.StatusOK {
+			t.Fatalf("join %d: %d %s", j.rank, r.status, r.body)
+		}
+	}
+	other := signal.Schema{Version: "pp/v2", Stages: []string{"send.wait", stagevec.StageOther}}
+	if r := join(3, 1, &other); r.status != http.StatusConflict || r.errBody(t).Field != "schema" || !strings.Contains(r.errBody(t).Error, "rank 3") {
+		t.Fatalf("conflicting schema: %d %s", r.status, r.body)
+	}
+	rerun := testJob("pp", 4)
+	rerun.RunID = "run-2"
+	if r := do(t, "PUT", base, jsonType, mustJSON(t, rerun)); r.status != http.StatusConflict || r.errBody(t).Field != "run_id" {
+		t.Fatalf("job id reused by another run: %d %s", r.status, r.body)
+	}
+	var vs []stagevec.Vector
+	for step := int64(0); step < 40; step++ {
+		for r := 0; r < 2; r++ {
+			data := 2.0
+			if r == 1 {
+				data = 60 // rank 1 is pp0's straggler in data
+			}
+			vs = append(vs, stagevec.Vector{Step: step, Rank: r, Durations: []float64{data, 20, 40, 1, 3}, WallMS: data + 64, OrderHash: def.OrderHash()})
+		}
+		for r := 2; r < 4; r++ {
+			send := 5.0
+			if r == 3 {
+				send = 50 // rank 3 is pp1's straggler in send
+			}
+			vs = append(vs, stagevec.Vector{Step: step, Rank: r, Durations: []float64{3, 30, send}, WallMS: 33 + send, OrderHash: pp1.OrderHash()})
+		}
+	}
+	if r := do(t, "POST", base+"/vectors", jsonType, jsonBatch(t, vs)); r.status != http.StatusOK {
+		t.Fatalf("ingest: %d %s", r.status, r.body)
+	}
+	bad := []stagevec.Vector{{Step: 50, Rank: 2, Durations: []float64{1, 2, 3, 4, 5}, WallMS: 15, OrderHash: def.OrderHash()}}
+	if r := do(t, "POST", base+"/vectors", jsonType, jsonBatch(t, bad)); r.status != http.StatusConflict || !strings.Contains(r.errBody(t).Error, pp1.OrderHash()) {
+		t.Fatalf("vector with another group's order hash: %d %s", r.status, r.body)
+	}
+	r := do(t, "GET", base+"/report", "", nil)
+	var rep analysis.Report
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &rep) != nil {
+		t.Fatalf("report: %d %.300s", r.status, r.body)
+	}
+	if !rep.RoleAwareNeeded || len(rep.Groups) != 2 || rep.Headline.Rank != -1 {
+		t.Fatalf("role-aware report: groups %d headline %+v", len(rep.Groups), rep.Headline)
+	}
+	for _, g := range rep.Groups {
+		h := g.Report.Headline
+		switch g.Group {
+		case "pp0":
+			if g.Report.Top1 != stagevec.StageData || h.Rank != 1 {
+				t.Errorf("pp0: top1 %s rank %d", g.Report.Top1, h.Rank)
+			}
+		case "pp1":
+			if g.Report.Top1 != "send.wait" || h.Rank != 3 {
+				t.Errorf("pp1: top1 %s rank %d", g.Report.Top1, h.Rank)
+			}
+		default:
+			t.Errorf("unexpected group %q", g.Group)
+		}
+	}
+}
