@@ -118,8 +118,11 @@ class PlumbingTest(unittest.TestCase):
         d = tempfile.mkdtemp()
         argv_file = os.path.join(d, "argv")
         fake = os.path.join(d, "fake-laggard")
+        job_report = os.path.join(d, "job.json")
+        with open(job_report, "w") as f:
+            json.dump({"schema_version": e3.REPORT_SCHEMA, "groups": [{"report": load("report_data_hit.json")}]}, f)
         with open(fake, "w") as f:
-            f.write('#!/bin/sh\necho "$@" > %s\ncat %s\n' % (argv_file, os.path.join(HERE, "testdata", "report_data_hit.json")))
+            f.write('#!/bin/sh\necho "$@" > %s\ncat %s\n' % (argv_file, job_report))
         os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
         rep = e3.analyze([fake], {"from_step": 10, "to_step": 49, "file": "/x/y.jsonl"}, 0.8)
         self.assertEqual(rep["top1"], DATA)
@@ -150,3 +153,27 @@ class PlumbingTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class JobReportTest(unittest.TestCase):
+    def test_engine_report_unwraps_v2(self):
+        rep = load("report_data_hit.json")
+        self.assertIs(e3.engine_report({"schema_version": e3.REPORT_SCHEMA, "groups": [{"report": rep}]}), rep)
+
+    def test_engine_report_rejects_other_shapes(self):
+        with self.assertRaises(ValueError):
+            e3.engine_report(load("report_data_hit.json"))  # a bare v1 engine report
+        with self.assertRaises(ValueError):
+            e3.engine_report({"schema_version": e3.REPORT_SCHEMA, "groups": [{}, {}]})
+
+
+class RankTallyTest(unittest.TestCase):
+    def test_right_withheld_wrong(self):
+        base = load("report_data_hit.json")
+        rows = []
+        for leader in (2, -1, 3):
+            rep = dict(base, leader_rank=leader)
+            rows.append(row(rep, "data", seed=len(rows)))
+        scen, _, _, _ = e3.tally(rows, 120.0)
+        d = [c for c in scen if c["family"] == "data"][0]
+        self.assertEqual((d["rank_hit"], d["rank_withheld"], d["rank_wrong"]), (1, 1, 1))
