@@ -19,6 +19,7 @@ See eval/README.md for the columns.
 
 import argparse
 import csv
+import importlib.util
 import json
 import os
 import random
@@ -31,7 +32,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEMO = os.path.join(REPO, "clients", "python", "examples", "ddp_demo.py")
 
-DATA, FWD, BWD, CB = "data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "callbacks.cpu_wall"
+
+def _load_vocab():
+    # The stage names come from the client's generated vocabulary (single
+    # source: internal/signal/stagevec), loaded by path so the laggard
+    # package itself (and its logging setup) is not imported here.
+    path = os.path.join(REPO, "clients", "python", "laggard", "_vocab.py")
+    spec = importlib.util.spec_from_file_location("_laggard_vocab", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return {short: long for long, short in mod.SHORT_NAMES.items()}
+
+
+_STAGE = _load_vocab()
+DATA, FWD, BWD, CB = _STAGE["data"], _STAGE["forward"], _STAGE["backward"], _STAGE["callbacks"]
 
 # Family → (display name, the stage the injection is seeded in).
 FAMILIES = {
@@ -140,6 +154,10 @@ def tally(rows, default_delay):
             "top1": sum(s["top1"] for s in sf), "top2": sum(s["top2"] for s in sf), "hit": sum(s["hit"] for s in sf),
             "cand_size": statistics.mean(s["size"] for s in sf),
             "rank_hit": sum(1 for r in rs if r.get("leader_rank") == r.get("hidden_rank")),
+            # The rank is named only when the evidence singles it out; a
+            # withheld rank (-1) is honest, a wrong one is the worst outcome.
+            "rank_withheld": sum(1 for r in rs if r.get("leader_rank") in (None, -1)),
+            "rank_wrong": sum(1 for r in rs if r.get("leader_rank") not in (None, -1, r.get("hidden_rank"))),
             "share": statistics.mean(r["share"] for r in rs if r["share"] is not None) if any(
                 r["share"] is not None for r in rs) else float("nan"),
         })
@@ -202,10 +220,11 @@ def frac(k, n):
 def render(scen, table4, control, curve):
     parts = ["## Per-scenario routing (App. E layout; StageFrontier)", md_table(
         ["Scenario", "Ranks", "Delay", "Delay/p50", "Rows", "Top-1", "Top-2", "Cand. hit", "Cand. size",
-         "Seeded share", "Rank hit"],
+         "Seeded share", "Rank right", "Rank withheld", "Rank wrong"],
         [[c["scenario"], c["ranks"], "%g ms" % c["delay_ms"], "%.2f" % c["delay_p50"], c["rows"],
           frac(c["top1"], c["rows"]), frac(c["top2"], c["rows"]), frac(c["hit"], c["rows"]),
-          "%.2f" % c["cand_size"], "%.3f" % c["share"], frac(c["rank_hit"], c["rows"])] for c in scen])]
+          "%.2f" % c["cand_size"], "%.3f" % c["share"], frac(c["rank_hit"], c["rows"]), frac(c["rank_withheld"], c["rows"]),
+          frac(c["rank_wrong"], c["rows"])] for c in scen])]
     if table4:
         parts += ["## Table 4 layout: sync-bearing rows at the default delay", md_table(
             ["Method", "Exact acct.", "Top-1", "Top-2", "Cand. hit", "Avg cand.", "Max cand."],
@@ -285,6 +304,20 @@ def launch(args, run_dir, ranks, seed):
     return phases
 
 
+REPORT_SCHEMA = "laggard.report/v2"
+
+
+def engine_report(job_report):
+    """The StageFrontier report inside `laggard analyze --json`'s job report
+    (schema laggard.report/v2): the one role group of these DDP jobs."""
+    if job_report.get("schema_version") != REPORT_SCHEMA:
+        raise ValueError("unexpected report schema %r (want %s)" % (job_report.get("schema_version"), REPORT_SCHEMA))
+    groups = job_report.get("groups") or []
+    if len(groups) != 1:
+        raise ValueError("want one role group, got %d" % len(groups))
+    return groups[0]["report"]
+
+
 def analyze(laggard, phase, tau):
     cmd = laggard + ["analyze", "--json", "--from", str(phase["from_step"]), "--to", str(phase["to_step"])]
     if tau is not None:
@@ -292,7 +325,7 @@ def analyze(laggard, phase, tau):
     proc = subprocess.run(cmd + [phase["file"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError("laggard analyze %s: exit %d: %s" % (phase["file"], proc.returncode, proc.stderr.strip()))
-    return json.loads(proc.stdout)
+    return engine_report(json.loads(proc.stdout))
 
 
 def resolve_laggard(args, out_dir):
@@ -391,7 +424,7 @@ def main(argv=None):
                "method", "top1", "top2", "cand_hit", "cand_size", "exact", "routed_to", "job"])
     write_csv(os.path.join(args.out_dir, tag + "_scenarios.csv"), scen,
               ["scenario", "family", "ranks", "delay_ms", "delay_p50", "rows", "top1", "top2", "hit", "cand_size", "share",
-               "rank_hit"])
+               "rank_hit", "rank_withheld", "rank_wrong"])
     write_csv(os.path.join(args.out_dir, tag + "_table4.csv"), table4,
               ["method", "key", "exact", "n", "top1", "top2", "hit", "avg_cand", "max_cand"])
     write_csv(os.path.join(args.out_dir, tag + "_control.csv"), control,
