@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/laggard-dev/laggard/internal/analysis"
@@ -77,7 +75,7 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	rep, err := analysis.New(source, analysis.Limits{}).Run(ctx, req)
 	if err != nil {
-		return fmt.Errorf("%s: %w", strings.Join(paths, ", "), flagError(err))
+		return flagError(err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -98,13 +96,17 @@ func flagError(err error) error {
 }
 
 // loadMatrix reads one job's stage matrix from one or more files into
-// memory (per-rank parts are merged).
+// memory (per-rank parts are merged; gzip is read transparently).
 func loadMatrix(paths []string, format, jobID string) (*analysis.MemSource, *signal.Job, error) {
-	if jobID == "" {
-		jobID = defaultJobID(paths[0])
+	var f stagefile.Format
+	if format != "" {
+		var err error
+		if f, err = stagefile.ParseFormat(format); err != nil {
+			return nil, nil, fmt.Errorf("-format: %w", err)
+		}
 	}
 	var src *analysis.MemSource
-	job, err := readFiles(paths, format, jobID, stagefile.Sink{
+	job, err := stagefile.ReadFiles(paths, stagefile.Options{Format: f, JobID: jobID}, stagefile.Sink{
 		Job: func(j *signal.Job) error {
 			src = analysis.NewMemSource(j)
 			return nil
@@ -119,16 +121,6 @@ func loadMatrix(paths []string, format, jobID string) (*analysis.MemSource, *sig
 	}
 	src.Seal()
 	return src, job, nil
-}
-
-// defaultJobID names a CSV job after its file.
-func defaultJobID(path string) string {
-	if path == "-" {
-		return "stdin"
-	}
-	base := filepath.Base(path)
-	base = strings.TrimSuffix(base, ".gz")
-	return strings.TrimSuffix(base, filepath.Ext(base))
 }
 
 // pairSource serves two in-memory jobs (run A and run B).
@@ -150,42 +142,4 @@ func (p pairSource) Scan(id string, from, to int64, fn func(*stagevec.Vector) er
 }
 func (p pairSource) LastSteps(id string, n int) (int64, int64, bool, error) {
 	return p.pick(id).LastSteps(id, n)
-}
-
-// readFiles reads one stage-matrix file (a stopgap until the merging
-// reader lands in stagefile).
-func readFiles(paths []string, format, jobID string, sink stagefile.Sink) (*signal.Job, error) {
-	if len(paths) != 1 {
-		return nil, fmt.Errorf("one file at a time for now, got %d", len(paths))
-	}
-	path := paths[0]
-	in := io.Reader(os.Stdin)
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		in = f
-	}
-	if format == "" {
-		format = "jsonl"
-		if strings.EqualFold(filepath.Ext(path), ".csv") {
-			format = "csv"
-		}
-	}
-	var job *signal.Job
-	var err error
-	switch format {
-	case "jsonl", "json":
-		job, err = stagefile.ReadJSONL(in, sink)
-	case "csv":
-		job, err = stagefile.ReadCSV(in, jobID, sink)
-	default:
-		return nil, fmt.Errorf("unknown -format %q (want jsonl or csv)", format)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return job, nil
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/demo"
-	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
@@ -31,7 +31,7 @@ func TestDispatch(t *testing.T) {
 		{[]string{"nope"}, 2, `unknown command "nope"`, ""},
 		{[]string{"version"}, 0, "", "laggard "},
 		{[]string{"analyze"}, 2, "Usage: laggard analyze", ""},
-		{[]string{"analyze", "-tau", "2", "x.jsonl"}, 1, "-tau must be in (0, 1]", ""},
+		{[]string{"analyze", "-tau", "2", "../../internal/wire/stagefile/testdata/sync_wait.jsonl"}, 1, "-tau: must be in (0, 1]", ""},
 		{[]string{"analyze", "/does/not/exist.jsonl"}, 1, "no such file", ""},
 		{[]string{"demo", "-fault", "bogus"}, 1, `-fault "bogus"`, ""},
 	}
@@ -51,12 +51,12 @@ func TestAnalyzeFixture(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s: exit %d: %s", file, code, errs)
 		}
-		var rep stagefrontier.Report
+		var rep analysis.Report
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("%s: bad JSON: %v", file, err)
 		}
-		if rep.Top1 != stagevec.StageData || rep.NumRanks != 3 {
-			t.Fatalf("%s: top1=%q ranks=%d, want data.next_wait over 3 ranks", file, rep.Top1, rep.NumRanks)
+		if len(rep.Groups) != 1 || rep.Groups[0].Report == nil || rep.Groups[0].Report.Top1 != stagevec.StageData || rep.Groups[0].NumRanks != 3 {
+			t.Fatalf("%s: want data.next_wait top-1 over one group of 3 ranks, got %.300s", file, out)
 		}
 		code, out, _ = runCLI(t, "analyze", file)
 		if code != 0 || !strings.Contains(out, "routing set") || !strings.Contains(out, "data.next_wait") {
@@ -84,7 +84,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
-	for _, want := range []string{"routing set", "data.next_wait → top-1", "leader rank 1", "web UI: http://127.0.0.1:"} {
+	for _, want := range []string{"routing set", "data.next_wait → top-1", "straggler rank 1", "web UI: http://127.0.0.1:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

@@ -2,6 +2,7 @@ package stagefile
 
 import (
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -41,7 +42,7 @@ func newCSVDecoder(in *stickyReader) *csvDecoder {
 func (d *csvDecoder) header() (*signal.Job, int, error) {
 	head, err := d.cr.Read()
 	if err == io.EOF {
-		return nil, 0, errNoHeader
+		return nil, 0, errors.New("empty stage matrix: no CSV header row")
 	}
 	if err != nil {
 		return nil, 0, d.fail(1, fmt.Errorf("reading header: %w", err))
