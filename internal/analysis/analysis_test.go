@@ -139,6 +139,12 @@ func TestExplicitWindows(t *testing.T) {
 	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "mixes two regimes") }) {
 		t.Errorf("a window across the change point does not say so: %v", rep.Notes)
 	}
+	// A change detected a step or two after the window's start still
+	// marks where the window starts: the reference ends before it.
+	rep = run(t, src, Request{Job: "j", From: ptr(48), To: ptr(99)})
+	if c := rep.Groups[0].Comparison; c == nil || c.Reference.LastStep != 47 || len(rep.Notes) != 0 {
+		t.Errorf("window from 48 with the onset at 50: comparison %+v notes %v", c, rep.Notes)
+	}
 	rep = run(t, src, Request{Job: "j", From: ptr(60), To: ptr(99), NoReference: true})
 	if rep.Groups[0].Comparison != nil || rep.Headline.Basis == stagefrontier.BasisExcess {
 		t.Errorf("no_reference still compared: %+v", rep.Headline)

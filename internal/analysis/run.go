@@ -133,7 +133,7 @@ func (a *Analyzer) Run(ctx context.Context, req Request) (*Report, error) {
 		rep.Notes = append(rep.Notes, note)
 	}
 	for _, c := range rep.timelineChanges() {
-		if c.Step > win.From && c.Step <= win.To && win.Basis != BasisSinceChange {
+		if c.Step > win.From+changeSlack && c.Step <= win.To && win.Basis != BasisSinceChange {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the window contains a change point at step %d (%s, %.1f → %.1f ms/step): it mixes two regimes", c.Step, c.Kind, c.BeforeMS, c.AfterMS))
 		}
 	}
@@ -284,10 +284,12 @@ func (a *Analyzer) resolveReference(ctx context.Context, job *signal.Job, gs []g
 	if h == nil {
 		return nil, "", nil, ""
 	}
-	// The latest change point at or before the window's start.
+	// The latest change point at or before the window's start (or just
+	// after it: a detector places a change within a step or two of where
+	// it happened).
 	ci := -1
 	for i, c := range h.cps {
-		if h.steps[c.Index] <= win.From {
+		if h.steps[c.Index] <= win.From+changeSlack {
 			ci = i
 		}
 	}
@@ -299,16 +301,23 @@ func (a *Analyzer) resolveReference(ctx context.Context, job *signal.Job, gs []g
 		lo = h.cps[ci-1].Index
 	}
 	hi := h.cps[ci].Index // exclusive
+	for hi > lo && h.steps[hi-1] >= win.From {
+		hi-- // the reference ends before the window
+	}
 	lo = max(lo, hi-a.lim.ReportSteps)
 	if hi-lo < a.lim.MinReferenceSteps {
-		return nil, "", nil, fmt.Sprintf("only %d steady steps precede the change at step %d (need %d for a reference)", hi-lo, h.steps[hi], a.lim.MinReferenceSteps)
+		return nil, "", nil, fmt.Sprintf("only %d steady steps precede the change at step %d (need %d for a reference)", hi-lo, h.steps[h.cps[ci].Index], a.lim.MinReferenceSteps)
 	}
 	kind := "onset"
 	if !h.cps[ci].Rise() {
 		kind = "relief"
 	}
-	return &refWindow{h.steps[lo], h.steps[hi-1]}, fmt.Sprintf("before the %s at step %d", kind, h.steps[hi]), job, ""
+	return &refWindow{h.steps[lo], h.steps[hi-1]}, fmt.Sprintf("before the %s at step %d", kind, h.steps[h.cps[ci].Index]), job, ""
 }
+
+// changeSlack is how many steps after a window's start a change point may
+// sit and still count as where the window starts.
+const changeSlack = 2
 
 // runGroup analyzes one role group's window and, with a reference,
 // compares and re-diagnoses it. nil when the group has no data there.
