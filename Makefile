@@ -1,6 +1,7 @@
 # laggard — the two set-up commands in the README are `make demo` and `make test`.
 GO      ?= go
 PY      ?= /usr/bin/python3
+PYVENV  ?= python3
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin/laggard
 LDFLAGS := -s -w
@@ -30,9 +31,14 @@ test-go:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
+# The client's unit tests run from the source tree; install_test.sh then
+# pip-installs it offline (directory, sdist, editable) into a throwaway venv
+# made by $(PYVENV) (falling back to Debian's python3-venv) and checks the
+# installed copy from outside the tree.
 test-py:
 	$(PY) -m unittest discover -s clients/python/tests
 	$(PY) -m unittest discover -s eval/tests
+	PYVENV=$(PYVENV) bash clients/python/tests/install_test.sh
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...

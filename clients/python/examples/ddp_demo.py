@@ -156,8 +156,10 @@ def worker(rank, args, port, phases):
             start = step
             fault_from = start + (ph["fault_start"] if "fault_start" in ph else 0)
             out_file = args.out.replace("{job}", job) if args.out else None
+            # enabled=True: the phase files below are merged, so LAGGARD_DISABLED
+            # must not switch this harness off (other LAGGARD_* still apply).
             perf = laggard.Perf(server=None if out_file else args.server, out=out_file and out_file + ".rank{rank}.part",
-                                job=job, rank=rank, world_size=args.world, host=host, local_rank=rank,
+                                job=job, rank=rank, world_size=args.world, host=host, local_rank=rank, enabled=True,
                                 labels=dict({"sync_model": "ddp"}, **({"fault": fault, "delay_ms": str(ph["delay_ms"])} if args.label_faults else {})),
                                 flush_interval=0.5)
             t_phase = time.perf_counter()

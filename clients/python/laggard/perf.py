@@ -32,7 +32,8 @@ import sys
 import time
 
 from . import config
-from .schema import PROBE_FORWARD_CUDA, STAGE_OTHER, default_schema, normalize_schema, order_hash, role_group, stage_index
+from .schema import (PROBE_FORWARD_CUDA, SHORT_NAMES, STAGE_OTHER, default_schema, normalize_schema, order_hash, role_group,
+                     stage_index)
 from .shipper import Shipper
 from .sinks import FileSink, HTTPSink
 
@@ -97,13 +98,13 @@ class _StepCtx:
         self._began = False
 
     def __enter__(self):
-        self._began = self._p._begin_step(self._step, None, False)
+        self._began = self._p._begin_step(self._step)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if self._began:  # a nested step() must not end the outer one
             self._began = False
-            self._p._end_step(exc_type is not None, None)
+            self._p._end_step(exc_type is not None)
         return False
 
     def __call__(self, fn):
@@ -273,7 +274,11 @@ class Perf:
         explicit = self._schema["stages"][:-1]
         self._n = len(explicit)
         self._names = list(explicit)
-        self._index = stage_index(self._schema)
+        index = stage_index(self._schema)
+        # Only timed stages in the hot-path dict: a miss (unknown name, or
+        # the residual, which is computed) takes the slow path once per use.
+        self._index = {k: v for k, v in index.items() if v >= 0}
+        self._residual_names = frozenset(k for k, v in index.items() if v < 0)
         self._probes = set(self._schema["probes"])
         self.order_hash = order_hash(self._schema)
         self._role = dict(role) if role else None
@@ -342,7 +347,8 @@ class Perf:
         self._nested = 0
         self._rejected = 0
         self._unknown = 0
-        self._unknown_names = set()
+        self._unknown_names = set()  # for stats()
+        self._warned_names = set()  # one warning per distinct name
         self._errors = 0
         self._event_samples = 0
         self._event_ready = 0
@@ -363,11 +369,9 @@ class Perf:
         wait fetched the batch that step+k consumes (prefetch), so the window
         assembler charges it to the consuming step (App. A)."""
         try:
-            idx = self._index.get(name, _UNKNOWN)
-        except TypeError:  # unhashable: not a stage name
-            idx = _UNKNOWN
-        if idx < 0:
-            self._warn_stage(name, idx)
+            idx = self._index[name]
+        except (KeyError, TypeError):
+            idx = self._lookup_miss(name)
         return _StageCtx(self, idx, data_lead)
 
     def micro(self, i, *, at=None):
@@ -442,11 +446,9 @@ class Perf:
         started (False, and counted, outside a step, for an unknown name, or
         while another stage is active)."""
         try:
-            idx = self._index.get(name, _UNKNOWN)
-        except TypeError:
-            idx = _UNKNOWN
-        if idx < 0:
-            self._warn_stage(name, idx)
+            idx = self._index[name]
+        except (KeyError, TypeError):
+            idx = self._lookup_miss(name)
         rec = self._cur
         if rec is None or idx < 0:
             self._reject(idx)
@@ -560,21 +562,28 @@ class Perf:
         if idx == _UNKNOWN:
             self._unknown += 1
 
+    def _lookup_miss(self, name):
+        try:
+            idx = _RESIDUAL if name in self._residual_names else _UNKNOWN
+        except TypeError:  # unhashable: not a stage name
+            idx = _UNKNOWN
+        self._warn_stage(name, idx)
+        return idx
+
     def _warn_stage(self, name, idx):
         # Slow path, once per distinct name: say what the schema does have.
         key = name if isinstance(name, str) else repr(name)
-        if key in self._unknown_names:
+        if key in self._warned_names:
+            return
+        self._warned_names.add(key)
+        if idx == _RESIDUAL:
+            log.warning("laggard: stage %r is the residual: laggard computes it as step wall minus the explicit "
+                        "stages, so timing it is ignored", name)
             return
         self._unknown_names.add(key)
-        if idx == _RESIDUAL:
-            config.warn_once(("residual", name), "laggard: stage %r is the residual: laggard computes it as step "
-                             "wall minus the explicit stages, so timing it is ignored", name)
-            return
-        from .schema import SHORT_NAMES
         known = ", ".join("%s (%s)" % (s, SHORT_NAMES[s]) if s in SHORT_NAMES else s for s in self._names)
-        config.warn_once(("stage", repr(name), self.order_hash),
-                         "laggard: unknown stage %r ignored (counted in stats()['unknown_stages']); its time stays "
-                         "in the residual %s. This rank's stages are: %s", name, STAGE_OTHER, known)
+        log.warning("laggard: unknown stage %r ignored (counted in stats()['unknown_stages']); its time stays in "
+                    "the residual %s. This rank's stages are: %s", name, STAGE_OTHER, known)
 
     def _close_stage(self, t):
         d = t - self._xt0
@@ -587,7 +596,7 @@ class Perf:
         self._xrec = None
         self._active = False
 
-    def _begin_step(self, step, at, explicit):
+    def _begin_step(self, step, at=None, explicit=False):
         if self._cur is not None:  # step() nested in step(): keep the outer
             self._nested += 1
             return False
@@ -603,7 +612,7 @@ class Perf:
         self._explicit = explicit
         return True
 
-    def _end_step(self, failed, at):
+    def _end_step(self, failed, at=None):
         cur = self._cur
         if cur is None:
             return

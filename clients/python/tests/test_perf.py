@@ -1,61 +1,34 @@
 """Hot-path semantics of laggard.Perf with a fake clock and a capture sink:
 ordering, residual, nesting, accumulation, data lead, CUDA-event probes."""
 
+import logging
 import os
 import sys
+import types
 import unittest
+from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 import laggard  # noqa: E402
+from envutil import hermetic_env  # noqa: E402
+from helpers import CaptureSink, FakeClock, FakeEvent  # noqa: E402
 from laggard import perf as perf_mod  # noqa: E402
 
-
-class FakeClock:
-    def __init__(self):
-        self.t = 1_000_000_000
-
-    def __call__(self):
-        return self.t
-
-    def advance_ms(self, ms):
-        self.t += int(ms * 1_000_000)
+_env = None
 
 
-class CaptureSink:
-    def __init__(self):
-        self.job = None
-        self.rank = None
-        self.vectors = []
-
-    def register(self, job, rank):
-        self.job, self.rank = job, rank
-
-    def send(self, vectors):
-        self.vectors.extend(vectors)
-
-    def close(self):
-        pass
+def setUpModule():
+    global _env
+    _env = hermetic_env()
+    logging.getLogger("laggard").setLevel(logging.CRITICAL)  # misuse tests log warnings by design
 
 
-class FakeEvent:
-    """Stands in for torch.cuda.Event: ready after `ready_after` queries."""
-
-    def __init__(self, ready_after, value):
-        self.ready_after = ready_after
-        self.value = value
-        self.queries = 0
-        self.recorded = False
-
-    def record(self):
-        self.recorded = True
-
-    def query(self):
-        self.queries += 1
-        return self.queries > self.ready_after
-
-    def elapsed_time(self, other):
-        return other.value
+def tearDownModule():
+    _env.stop()
+    logging.getLogger("laggard").setLevel(logging.NOTSET)
 
 
 class PerfTest(unittest.TestCase):
@@ -233,11 +206,15 @@ class PerfTest(unittest.TestCase):
         self.assertEqual(self.sink.rank["local_rank"], 1)
 
     def test_cuda_probe_noop_without_cuda(self):
+        # A torch without CUDA, whatever this machine has (the probe only
+        # looks at an already imported torch).
+        no_cuda = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: False))
         p = self.perf(event_fraction=1.0)
-        with p.step():
-            with p.stage("model.fwd_loss_cpu_wall"):
-                with p.cuda_event_sample("model.fwd_loss_cuda_event_ms"):
-                    self.clock.advance_ms(1)
+        with mock.patch.dict(sys.modules, {"torch": no_cuda}):
+            with p.step():
+                with p.stage("model.fwd_loss_cpu_wall"):
+                    with p.cuda_event_sample("model.fwd_loss_cuda_event_ms"):
+                        self.clock.advance_ms(1)
         p.close(5)
         self.assertNotIn("probes", self.sink.vectors[0])
         self.assertEqual(p.stats()["event_samples"], 0)

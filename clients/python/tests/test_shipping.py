@@ -15,10 +15,21 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
 import laggard  # noqa: E402
+from envutil import hermetic_env  # noqa: E402
 from fakeserver import FakeServer, free_port  # noqa: E402
 
+_env = None
+
+
 def setUpModule():
+    global _env
+    _env = hermetic_env()
     logging.getLogger("laggard").setLevel(logging.CRITICAL)  # expected failures
+
+
+def tearDownModule():
+    _env.stop()
+    logging.getLogger("laggard").setLevel(logging.NOTSET)
 
 
 VECTOR_KEYS = {"step", "rank", "micro", "durations_ms", "wall_ms", "data_lead", "probes", "dropped", "nested",
@@ -149,7 +160,7 @@ class FailureTest(unittest.TestCase):
         self.assertGreater(st["dropped"], 100)
         self.assertEqual(st["errors"], 0)
 
-    def test_conflict_gives_up_quietly(self):
+    def test_job_conflict_not_retried(self):
         srv = FakeServer(lambda m, path, n: (409, {}, {"error": "schema conflict", "field": "schema.stages"}, 0)
                          if m == "PUT" else None)
         self.addCleanup(srv.close)
@@ -160,6 +171,135 @@ class FailureTest(unittest.TestCase):
         self.assertEqual(len(puts), 1)  # a 409 is not retried
         self.assertEqual(p.stats()["dropped"], 20)
         self.assertFalse(any(r["path"].endswith("/vectors") for r in srv.requests))
+
+
+def wait_for(pred, timeout=5.0):
+    deadline = time.time() + timeout
+    while not pred() and time.time() < deadline:
+        time.sleep(0.01)
+    return pred()
+
+
+class ConflictTest(unittest.TestCase):
+    """409s: the server refuses what contradicts its registration. The
+    client logs the server's message once at ERROR with a hint, counts it,
+    stops shipping, and never raises into training."""
+
+    def errors_of(self, cm):
+        return [r for r in cm.records if r.levelno >= logging.ERROR]
+
+    def test_job_reused_by_another_run(self):
+        srv = FakeServer()
+        self.addCleanup(srv.close)
+        first = laggard.Perf(server=srv.url, job="reused", rank=0, world_size=1, run_id="run-1", flush_interval=0.01)
+        run_steps(first, 3)
+        self.assertTrue(first.close(5))
+        second = laggard.Perf(server=srv.url, job="reused", rank=0, world_size=1, run_id="run-2", flush_interval=0.01)
+        with self.assertLogs("laggard", logging.WARNING) as cm:
+            run_steps(second, 5)
+            self.assertTrue(wait_for(lambda: second.stats()["conflicts"] == 1))
+            run_steps(second, 5)  # later steps: dropped and counted, nothing logged
+            self.assertTrue(second.close(5))
+        errs = self.errors_of(cm)
+        self.assertEqual(len(errs), 1, cm.output)
+        self.assertEqual(len(cm.records), 1, cm.output)  # no extra warning line either
+        msg = errs[0].getMessage()
+        self.assertIn("belongs to run 'run-1'", msg)  # the server's own words
+        self.assertIn("field run_id", msg)
+        self.assertIn("LAGGARD_JOB", msg)
+        st = second.stats()
+        self.assertEqual((st["conflicts"], st["sent"], st["dropped"], st["steps"]), (1, 0, 10, 10))
+        self.assertFalse(st["shipping"])
+        puts = [r for r in srv.requests if r["method"] == "PUT"]
+        self.assertEqual([p["body"].get("run_id") for p in puts], ["run-1", "run-2"])
+        self.assertEqual(len(srv.vectors()), 3)  # only the first run's
+
+    def test_rank_join_with_another_schema_for_its_role_group(self):
+        srv = FakeServer()
+        self.addCleanup(srv.close)
+        role = {"pp": 1, "name": "decoder"}
+        a = laggard.Perf(server=srv.url, job="pp", rank=0, world_size=2, role=role, flush_interval=0.01,
+                         schema=["pp.recv_wait", "model.fwd_loss_cpu_wall"])
+        b = laggard.Perf(server=srv.url, job="pp", rank=1, world_size=2, role=role, flush_interval=0.01,
+                         schema=["model.fwd_loss_cpu_wall", "pp.recv_wait"])
+        with a.step():
+            with a.stage("pp.recv_wait"):
+                pass
+        self.assertTrue(a.close(5))
+        with self.assertLogs("laggard", logging.ERROR) as cm:
+            for _ in range(4):
+                with b.step():
+                    with b.stage("pp.recv_wait"):
+                        pass
+            self.assertTrue(b.close(5))
+        self.assertEqual(len(cm.records), 1, cm.output)
+        msg = cm.records[0].getMessage()
+        self.assertIn("rank 1 joining job 'pp'", msg)
+        self.assertIn("role group 'decoder/pp1' is registered with another ordered stage list", msg)
+        self.assertIn("decoder/pp1", msg.split("Hint:")[1])
+        self.assertEqual((b.stats()["conflicts"], b.stats()["dropped"], b.stats()["sent"]), (1, 4, 0))
+        joins = srv.joins()
+        self.assertEqual(len(joins), 1)
+        self.assertEqual(joins[0]["schema"]["stages"], ["pp.recv_wait", "model.fwd_loss_cpu_wall",
+                                                        "step.other_cpu_wall"])
+        vs = srv.vectors()
+        self.assertEqual([v["rank"] for v in vs], [0])
+        self.assertEqual(vs[0]["order_hash"], "43b68986dda8d625")
+        self.assertEqual(srv.missing_order_hash, 0)
+
+    def test_two_role_groups_register_the_job_alike(self):
+        srv = FakeServer()
+        self.addCleanup(srv.close)
+        perfs = [laggard.Perf(server=srv.url, job="mixed", rank=r, world_size=2, role={"pp": r},
+                              schema=["pp.recv_wait"] if r else None, flush_interval=0.01) for r in range(2)]
+        for p in perfs:
+            run_steps(p, 2)
+            self.assertTrue(p.close(5))
+            self.assertEqual(p.stats()["conflicts"], 0, p.stats())
+        self.assertEqual(sorted((v["rank"], v["step"]) for v in srv.vectors()), [(0, 0), (0, 1), (1, 0), (1, 1)])
+        self.assertEqual(srv.jobs["mixed"]["groups"]["pp1"]["stages"], ["pp.recv_wait", "step.other_cpu_wall"])
+
+    def test_vectors_refused_for_order_hash(self):
+        def behaviour(method, path, n):
+            if path.endswith("/vectors"):
+                return (409, {}, {"error": "rank 0 sends stage-order hash x but its role group is registered with y",
+                                  "field": "order_hash"}, 0)
+            return None
+
+        srv = FakeServer(behaviour)
+        self.addCleanup(srv.close)
+        p = laggard.Perf(server=srv.url, job="hash", rank=0, world_size=1, flush_interval=0.01, batch_size=2)
+        with self.assertLogs("laggard", logging.ERROR) as cm:
+            run_steps(p, 2)
+            self.assertTrue(wait_for(lambda: p.stats()["conflicts"] == 1))
+            run_steps(p, 4)
+            p.close(5)
+        self.assertEqual(len(cm.records), 1, cm.output)
+        self.assertIn("field order_hash", cm.records[0].getMessage())
+        self.assertEqual(len([r for r in srv.requests if r["path"].endswith("/vectors")]), 1)
+        self.assertEqual(p.stats()["dropped"], 6)
+
+    def test_refused_token(self):
+        srv = FakeServer(lambda m, path, n: (401, {}, {"error": "bad token"}, 0))
+        self.addCleanup(srv.close)
+        p = laggard.Perf(server=srv.url, job="auth", rank=0, world_size=1, token="nope", flush_interval=0.01)
+        with self.assertLogs("laggard", logging.ERROR) as cm:
+            run_steps(p, 3)
+            p.close(5)
+        self.assertEqual(len(cm.records), 1)
+        self.assertIn("LAGGARD_TOKEN", cm.records[0].getMessage())
+        self.assertNotIn("nope", cm.records[0].getMessage())
+        self.assertEqual(len(srv.requests), 1)  # not retried
+        self.assertEqual(p.stats()["conflicts"], 0)
+
+    def test_bad_server_url_logs_and_keeps_training(self):
+        with self.assertLogs("laggard", logging.ERROR) as cm:
+            p = laggard.Perf(server="gopher://x", job="url", rank=0, world_size=1)
+            run_steps(p, 3)
+            p.close(1)
+        self.assertIn("scheme", cm.records[0].getMessage())
+        self.assertEqual(p.stats()["steps"], 3)
+        self.assertFalse(p.stats()["shipping"])
 
 
 class FileSinkTest(unittest.TestCase):
@@ -185,6 +325,34 @@ class FileSinkTest(unittest.TestCase):
         self.assertEqual(lines[0]["job"]["ranks"], ranks)
         self.assertEqual(sorted((v["rank"], v["step"]) for v in lines[1:]),
                          [(r, s) for r in range(2) for s in range(3)])
+
+    def test_role_group_schema_in_file_header_and_merge(self):
+        d = tempfile.mkdtemp()
+        parts = []
+        for r in range(2):
+            path = os.path.join(d, "pp.r%d.jsonl" % r)
+            p = laggard.Perf(job="ppfile", out=path, rank=r, world_size=2, role={"pp": r}, host="h%d" % r,
+                             schema=["pp.recv_wait"] if r == 1 else None, flush_interval=0.01)
+            run_steps(p, 2)
+            self.assertTrue(p.close(5))
+            parts.append(path)
+        with open(parts[1]) as f:
+            h1 = json.loads(f.readline())["job"]
+        self.assertEqual(h1["schema"], laggard.default_schema())
+        self.assertEqual(h1["groups"], [{"group": "pp1", "declared_by": 1, "schema": {
+            "version": "stagefrontier/v1", "stages": ["pp.recv_wait", "step.other_cpu_wall"],
+            "probes": ["model.fwd_loss_cuda_event_ms"]}}])
+        self.assertEqual([(r["rank"], r["host"], r["role"]["pp"]) for r in h1["ranks"]], [(1, "h1", 1)])
+        self.assertNotIn("schema", h1["ranks"][0])
+        out = os.path.join(d, "ppfile.jsonl")
+        self.assertEqual(laggard.merge_stage_files(out, parts), 4)
+        with open(out) as f:
+            lines = [json.loads(x) for x in f]
+        job = lines[0]["job"]
+        self.assertEqual([r["rank"] for r in job["ranks"]], [0, 1])
+        self.assertEqual([g["group"] for g in job["groups"]], ["pp1"])
+        hashes = {v["rank"]: v["order_hash"] for v in lines[1:]}
+        self.assertEqual(hashes, {0: DEFAULT_ORDER_HASH, 1: laggard.order_hash(job["groups"][0]["schema"])})
 
     def test_merge_without_header_fails(self):
         d = tempfile.mkdtemp()

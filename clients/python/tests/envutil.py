@@ -1,0 +1,18 @@
+"""Keeps the tests independent of the machine's environment: the launcher
+and LAGGARD_* variables that the client reads are removed for the whole
+test module (a CI runner under Slurm must not change the expected ids)."""
+
+import os
+from unittest import mock
+
+CLIENT_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+               "SLURM_JOB_ID", "SLURM_STEP_ID")
+
+
+def hermetic_env():
+    """A started mock.patch.dict of os.environ without the variables the
+    client reads; call .stop() when done."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LAGGARD_") and k not in CLIENT_VARS}
+    p = mock.patch.dict(os.environ, clean, clear=True)
+    p.start()
+    return p
