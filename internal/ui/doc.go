@@ -1,6 +1,16 @@
-// Package ui serves laggard's embedded single-page web UI: a job list and a
-// per-job StageFrontier report view (step-time series, stage shares, the
-// rank×stage lag heatmap, labels and baselines). The page is plain
-// HTML/CSS/JS embedded with go:embed — no build step, no CDN — and talks only
-// to the same-origin JSON API under /api/v1/.
+// Package ui serves laggard's embedded single-page web UI: a job list with
+// each job's current diagnosis, and a job page — the plain-language
+// headline, the step-time axis with change points and brushable windows,
+// stage shares against a reference, the rank × stage heatmap with a rank
+// drill-down, role groups, a torch.profiler snippet aimed at the suspect
+// ranks, and the evidence details.
+//
+// The page is plain HTML/CSS and ES modules (static/js/, one per view),
+// embedded with go:embed — no build step, no CDN — and talks only to the
+// same-origin JSON API under /api/v1/. View state lives in the URL hash.
+// static/js/vocab.js is generated from internal/signal/stagevec.
+//
+// The tests run the real analysis on simulated jobs (internal/sim): the
+// fixtures in testdata/ are its output, the fake API computes any other
+// report query, and the browser tests drive headless Chromium over it.
 package ui

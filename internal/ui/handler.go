@@ -24,7 +24,8 @@ type asset struct {
 }
 
 // contentTypes is explicit so responses do not depend on the host's
-// /etc/mime.types.
+// /etc/mime.types (module scripts fail to load under any non-JavaScript
+// type).
 var contentTypes = map[string]string{
 	".html": "text/html; charset=utf-8",
 	".js":   "text/javascript; charset=utf-8",
@@ -33,13 +34,16 @@ var contentTypes = map[string]string{
 }
 
 // csp keeps the page same-origin only: the UI needs no third-party script,
-// style, font or connection. Inline styles are allowed because SVG/DOM
-// attributes set by app.js count as inline style.
+// style, font or connection. script-src 'self' admits the ES modules under
+// /ui/js/ (and nothing inline). Inline styles are allowed because the
+// style attributes the views set count as inline style.
 const csp = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; " +
 	"img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // Handler returns the UI handler. Mount it at "/": it serves index.html at
-// "/" and "/index.html", the assets under "/ui/", redirects "/ui/" to the
+// "/" and "/index.html", the assets under "/ui/" (the stylesheet, and the
+// ES modules under "/ui/js/", which import each other by relative path so
+// a path prefix in front of the UI needs no rewriting), redirects "/ui/" to the
 // index, and answers 404 for everything else so API typos are not masked by
 // an HTML page.
 func Handler() http.Handler {

@@ -2,8 +2,12 @@ package ui
 
 import (
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"path"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -16,11 +20,19 @@ func TestHandler(t *testing.T) {
 		ctype        string
 		body         string // substring the body must contain
 	}{
-		{"GET", "/", 200, "text/html; charset=utf-8", `<script src="ui/app.js">`},
+		{"GET", "/", 200, "text/html; charset=utf-8", `<script type="module" src="ui/js/main.js">`},
 		{"GET", "/index.html", 200, "text/html; charset=utf-8", "<title>laggard</title>"},
 		{"HEAD", "/", 200, "text/html; charset=utf-8", ""},
-		{"GET", "/ui/app.js", 200, "text/javascript; charset=utf-8", "api/v1/"},
+		{"GET", "/ui/js/main.js", 200, "text/javascript; charset=utf-8", "import"},
+		{"GET", "/ui/js/api.js", 200, "text/javascript; charset=utf-8", "api/v1/"},
+		{"GET", "/ui/js/vocab.js", 200, "text/javascript; charset=utf-8", "DEFAULT_STAGES"},
+		{"HEAD", "/ui/js/heatmap.js", 200, "text/javascript; charset=utf-8", ""},
 		{"GET", "/ui/app.css", 200, "text/css; charset=utf-8", ".topbar"},
+		{"GET", "/ui/app.js", 404, "", ""}, // split into modules
+		{"GET", "/ui/js/", 404, "", ""},
+		{"GET", "/ui/js", 404, "", ""},
+		{"GET", "/ui/js/nope.js", 404, "", ""},
+		{"GET", "/ui/js/../js/main.js", 404, "", ""},
 		{"GET", "/ui/", 302, "", ""},
 		{"GET", "/ui", 302, "", ""},
 		{"GET", "/ui/nope.js", 404, "", ""},
@@ -30,7 +42,7 @@ func TestHandler(t *testing.T) {
 		{"GET", "/favicon.ico", 404, "", ""},
 		{"GET", "/jobs/x", 404, "", ""},
 		{"POST", "/", 405, "", ""},
-		{"DELETE", "/ui/app.js", 405, "", ""},
+		{"DELETE", "/ui/js/main.js", 405, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
@@ -82,24 +94,97 @@ func TestHandlerIndexCSP(t *testing.T) {
 func TestHandlerETag(t *testing.T) {
 	h := Handler()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/app.js", nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/js/main.js", nil))
 	etag := rec.Header().Get("ETag")
 	if etag == "" || rec.Header().Get("Cache-Control") != "no-cache" {
 		t.Fatalf("ETag %q, Cache-Control %q: want a validator and no-cache", etag, rec.Header().Get("Cache-Control"))
 	}
-	req := httptest.NewRequest("GET", "/ui/app.js", nil)
+	req := httptest.NewRequest("GET", "/ui/js/main.js", nil)
 	req.Header.Set("If-None-Match", etag)
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusNotModified {
 		t.Errorf("conditional GET = %d, want 304", rec.Code)
 	}
+	// Every asset has its own validator: a module that changes must not
+	// be answered 304 on another module's ETag.
+	seen := map[string]string{}
+	for _, name := range assetNames(t) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/"+name, nil))
+		e := rec.Header().Get("ETag")
+		if other, dup := seen[e]; dup || e == "" {
+			t.Errorf("%s: ETag %q (also %s)", name, e, other)
+		}
+		seen[e] = name
+	}
+}
+
+// assetNames lists every embedded asset served under /ui/.
+func assetNames(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	err := fs.WalkDir(staticFS, "static", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if name := strings.TrimPrefix(p, "static/"); name != "index.html" {
+			out = append(out, name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The modules import each other by relative path; every import must name
+// an embedded module (a typo would only show as a blank page), and every
+// module must be reachable from the entry point (no dead views).
+func TestModuleGraph(t *testing.T) {
+	importRe := regexp.MustCompile(`(?m)^\s*(?:import|export)\s[^'"]*?from\s+['"]([^'"]+)['"]|^\s*import\s+['"]([^'"]+)['"]`)
+	names := assetNames(t)
+	reached := map[string]bool{}
+	var visit func(name string)
+	visit = func(name string) {
+		if reached[name] {
+			return
+		}
+		reached[name] = true
+		b, err := staticFS.ReadFile("static/" + name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, m := range importRe.FindAllStringSubmatch(string(b), -1) {
+			spec := m[1] + m[2]
+			if !strings.HasPrefix(spec, "./") && !strings.HasPrefix(spec, "../") {
+				t.Errorf("%s imports %q: only relative same-origin modules", name, spec)
+				continue
+			}
+			target := path.Join(path.Dir(name), spec)
+			if !slices.Contains(names, target) {
+				t.Errorf("%s imports %q: no embedded static/%s", name, spec, target)
+				continue
+			}
+			visit(target)
+		}
+	}
+	visit("js/main.js")
+	for _, n := range names {
+		if strings.HasSuffix(n, ".js") && !reached[n] {
+			t.Errorf("static/%s is not imported by any module reachable from js/main.js", n)
+		}
+	}
+	if len(reached) < 10 {
+		t.Errorf("only %d modules reachable from js/main.js: %v", len(reached), reached)
+	}
 }
 
 // The page must not reach outside the origin: no CDN, no absolute URLs in
 // asset references.
 func TestStaticSelfContained(t *testing.T) {
-	for _, name := range []string{"index.html", "app.js", "app.css"} {
+	for _, name := range append(assetNames(t), "index.html") {
 		b, err := staticFS.ReadFile("static/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -121,7 +206,7 @@ func TestHandlerMounted(t *testing.T) {
 	mux.Handle("/", Handler())
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	for path, want := range map[string]string{"/": "text/html; charset=utf-8", "/api/v1/jobs": "text/plain; charset=utf-8", "/ui/app.js": "text/javascript; charset=utf-8"} {
+	for path, want := range map[string]string{"/": "text/html; charset=utf-8", "/api/v1/jobs": "text/plain; charset=utf-8", "/ui/js/main.js": "text/javascript; charset=utf-8"} {
 		res, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -136,11 +221,14 @@ func TestHandlerMounted(t *testing.T) {
 // FuzzHandlerPath: any request path yields a well-formed response, and only
 // the known routes answer 200.
 func FuzzHandlerPath(f *testing.F) {
-	for _, s := range []string{"/", "/ui/app.js", "/ui/", "/ui/%2e%2e/x", "/ui//app.js", "/index.html", "/api/v1/jobs"} {
+	for _, s := range []string{"/", "/ui/js/main.js", "/ui/", "/ui/%2e%2e/x", "/ui//js/main.js", "/ui/js//main.js", "/index.html", "/api/v1/jobs"} {
 		f.Add(s)
 	}
 	h := Handler()
-	ok := map[string]bool{"/": true, "/index.html": true, "/ui/app.js": true, "/ui/app.css": true}
+	ok := map[string]bool{"/": true, "/index.html": true}
+	for _, name := range assetNames(f) {
+		ok["/ui/"+name] = true
+	}
 	f.Fuzz(func(t *testing.T, p string) {
 		req, err := http.NewRequest("GET", "http://x/", nil)
 		if err != nil {
@@ -161,9 +249,9 @@ func FuzzHandlerPath(f *testing.F) {
 	})
 }
 
-func BenchmarkHandlerAppJS(b *testing.B) {
+func BenchmarkHandlerMainJS(b *testing.B) {
 	h := Handler()
-	req := httptest.NewRequest("GET", "/ui/app.js", nil)
+	req := httptest.NewRequest("GET", "/ui/js/main.js", nil)
 	for b.Loop() {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
