@@ -6,7 +6,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin/laggard
 LDFLAGS := -s -w
 
-.PHONY: all deps build demo test test-go test-py bench fuzz eval clean
+.PHONY: all deps deps-browser build demo test test-go test-py bench fuzz eval clean
 
 all: build
 
@@ -25,7 +25,14 @@ build:
 demo: deps build
 	./$(BIN) demo
 
-test: deps test-go test-py
+# Headless Chromium for the UI tests (Debian's package; no browser download).
+deps-browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (Debian package) for the UI tests…"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: deps deps-browser test-go test-py
 
 test-go:
 	$(GO) vet ./...
