@@ -16,30 +16,7 @@ import (
 
 // memJob loads a simulated job into a MemSource.
 func memJob(t testing.TB, id string, d sim.DDP) *MemSource {
-	t.Helper()
-	m := NewMemSource(d.Job(id))
-	for _, v := range d.Vectors() {
-		if err := m.Add(&v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m.Seal()
-	return m
-}
-
-// warm makes the first three steps slow on every rank (allocation, graph
-// capture), then applies f.
-func warm(f func(t, r int) sim.Delays) func(t, r int) sim.Delays {
-	return func(t, r int) sim.Delays {
-		var d sim.Delays
-		if f != nil {
-			d = f(t, r)
-		}
-		if t < 3 {
-			d[sim.Forward] += float64(600 - 200*t)
-		}
-		return d
-	}
+	return MemSourceOf(d.Job(id), d.Vectors())
 }
 
 func run(t testing.TB, src Source, req Request) *Report {
@@ -60,7 +37,7 @@ func ptr(x int64) *int64 { return &x }
 // with the steady steps before it: the headline names the stage that rose
 // and the straggler.
 func TestDefaultWindowSinceOnset(t *testing.T) {
-	src := memJob(t, "j", sim.DDP{Ranks: 8, Steps: 120, Seed: 1, Extra: warm(sim.After(60, 3, sim.Data, 100))})
+	src := memJob(t, "j", sim.DDP{Ranks: 8, Steps: 120, Seed: 1, Extra: sim.WithWarmup(sim.After(60, 3, sim.Data, 100))})
 	rep := run(t, src, Request{Job: "j"})
 	tl := rep.Timeline
 	if tl == nil || tl.WarmupEnd != 3 {
@@ -123,7 +100,7 @@ func TestDefaultWindowSinceRelief(t *testing.T) {
 // Explicit windows and last=N: the reference is still found before the
 // change point, and a window that straddles one says so.
 func TestExplicitWindows(t *testing.T) {
-	src := memJob(t, "j", sim.DDP{Ranks: 4, Steps: 100, Seed: 3, Extra: warm(sim.After(50, 2, sim.Forward, 80))})
+	src := memJob(t, "j", sim.DDP{Ranks: 4, Steps: 100, Seed: 3, Extra: sim.WithWarmup(sim.After(50, 2, sim.Forward, 80))})
 	rep := run(t, src, Request{Job: "j", From: ptr(55), To: ptr(99)})
 	if rep.Window.Basis != BasisExplicit || rep.Window.From != 55 || rep.Headline.Rank != 2 || rep.Headline.Stage != stagevec.StageForward {
 		t.Fatalf("window %+v headline %+v", rep.Window, rep.Headline)

@@ -160,3 +160,13 @@ func (m *MemSource) LastSteps(id string, n int) (int64, int64, bool, error) {
 	}
 	return from, to, true, nil
 }
+
+// MemSourceOf returns a sealed source holding vs for job.
+func MemSourceOf(job *signal.Job, vs []stagevec.Vector) *MemSource {
+	m := NewMemSource(job)
+	for i := range vs {
+		_ = m.Add(&vs[i]) // Add only copies
+	}
+	m.Seal()
+	return m
+}

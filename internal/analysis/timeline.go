@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"slices"
@@ -196,7 +197,7 @@ func (a *Analyzer) detect(h *history) {
 			b, af := h.stageMedian(s, lo, c.Index), h.stageMedian(s, c.Index, hi)
 			cp.Stages = append(cp.Stages, StageShift{Stage: name, BeforeMS: b, AfterMS: af, DeltaMS: af - b})
 		}
-		slices.SortStableFunc(cp.Stages, func(x, y StageShift) int { return cmpAbs(y.DeltaMS, x.DeltaMS) })
+		slices.SortStableFunc(cp.Stages, func(x, y StageShift) int { return cmp.Compare(math.Abs(y.DeltaMS), math.Abs(x.DeltaMS)) })
 		h.cpsReport = append(h.cpsReport, cp)
 	}
 	col := make([]float64, 0, len(h.steps))
@@ -229,17 +230,6 @@ func (h *history) stageMedian(s, lo, hi int) float64 {
 		}
 	}
 	return stats.Median(xs)
-}
-
-func cmpAbs(a, b float64) int {
-	a, b = math.Abs(a), math.Abs(b)
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // timeline renders the history for the report.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/wire/stagefile"
 )
 
@@ -14,13 +13,8 @@ import (
 // only abort the connection, so a truncated export is never mistaken for a
 // complete one.
 func (a *API) export(w http.ResponseWriter, r *http.Request) {
-	job, ok := a.job(w, r)
+	job, req, ok := a.request(w, r)
 	if !ok {
-		return
-	}
-	req, err := analysis.ParseRequest(job.ID, r.URL.Query())
-	if err != nil {
-		a.fail(w, r, statusOf(err), err)
 		return
 	}
 	st, err := a.d.Reader.Stats(job.ID)

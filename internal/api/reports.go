@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/signal"
 )
 
 // report serves the job report (internal/analysis): the default window
@@ -13,13 +14,8 @@ import (
 // compare=<job>), per role group.
 func (a *API) report(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	job, ok := a.job(w, r)
+	_, req, ok := a.request(w, r)
 	if !ok {
-		return
-	}
-	req, err := analysis.ParseRequest(job.ID, r.URL.Query())
-	if err != nil {
-		a.fail(w, r, statusOf(err), err)
 		return
 	}
 	rep, err := a.d.Reporter.Run(r.Context(), req)
@@ -32,4 +28,19 @@ func (a *API) report(w http.ResponseWriter, r *http.Request) {
 		a.d.OnReport(rep)
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// request resolves the job and parses the report/export parameters, or
+// writes the error.
+func (a *API) request(w http.ResponseWriter, r *http.Request) (*signal.Job, analysis.Request, bool) {
+	job, ok := a.job(w, r)
+	if !ok {
+		return nil, analysis.Request{}, false
+	}
+	req, err := analysis.ParseRequest(job.ID, r.URL.Query())
+	if err != nil {
+		a.fail(w, r, statusOf(err), err)
+		return nil, req, false
+	}
+	return job, req, true
 }

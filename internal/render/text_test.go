@@ -13,13 +13,7 @@ import (
 
 func report(t *testing.T, d sim.DDP, req analysis.Request) *analysis.Report {
 	t.Helper()
-	m := analysis.NewMemSource(d.Job(req.Job))
-	for _, v := range d.Vectors() {
-		if err := m.Add(&v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m.Seal()
+	m := analysis.MemSourceOf(d.Job(req.Job), d.Vectors())
 	rep, err := analysis.New(m, analysis.Limits{}).Run(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)

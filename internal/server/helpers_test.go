@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -201,18 +202,8 @@ func (m *memStore) Jobs() ([]*signal.Job, error) {
 		c := *j
 		out = append(out, &c)
 	}
-	slices.SortFunc(out, func(a, b *signal.Job) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b *signal.Job) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (m *memStore) AppendMany(bs []store.Batch) error {

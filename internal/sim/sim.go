@@ -125,3 +125,20 @@ func (s DDP) Vectors() []stagevec.Vector {
 	}
 	return out
 }
+
+// WithWarmup makes the first three steps slow on every rank (allocation,
+// graph capture, DDP bucket rebuilds — 600, 400, 200 ms more forward), then
+// applies f (nil: no fault), so a job has a warm-up for the time axis to
+// skip.
+func WithWarmup(f func(t, r int) Delays) func(t, r int) Delays {
+	return func(t, r int) Delays {
+		var d Delays
+		if f != nil {
+			d = f(t, r)
+		}
+		if t < 3 {
+			d[Forward] += float64(600 - 200*t)
+		}
+		return d
+	}
+}

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"sort"
@@ -139,7 +140,7 @@ func (d RankSegmenter) Detect(x []float64) []ChangePoint {
 		cuts = slices.Delete(cuts, weak, weak+1)
 	}
 	if d.MaxChanges > 0 && len(cuts) > d.MaxChanges {
-		slices.SortFunc(cuts, func(p, q cut) int { return cmpFloat(q.z, p.z) })
+		slices.SortFunc(cuts, func(p, q cut) int { return cmp.Compare(q.z, p.z) })
 		cuts = cuts[:d.MaxChanges]
 		slices.SortFunc(cuts, func(p, q cut) int { return p.at - q.at })
 	}
@@ -160,16 +161,6 @@ func (d RankSegmenter) Detect(x []float64) []ChangePoint {
 type cut struct {
 	at int
 	z  float64
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // material applies the effect-size gate to two adjacent segments.

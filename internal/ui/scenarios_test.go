@@ -39,22 +39,6 @@ type scenario struct {
 // created is a fixed registration time so fixtures do not churn.
 var created = time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
 
-// warm slows the first three steps on every rank (allocation, graph
-// capture) so each job has a warm-up for the time axis to skip, then
-// applies f.
-func warm(f func(t, r int) sim.Delays) func(t, r int) sim.Delays {
-	return func(t, r int) sim.Delays {
-		var d sim.Delays
-		if f != nil {
-			d = f(t, r)
-		}
-		if t < 3 {
-			d[sim.Forward] += float64(600 - 200*t)
-		}
-		return d
-	}
-}
-
 // ddpJob registers a sim.DDP job under id with a readable name.
 func ddpJob(id, name string, d sim.DDP, labels map[string]string) func() (*signal.Job, []stagevec.Vector) {
 	return func() (*signal.Job, []stagevec.Vector) {
@@ -83,22 +67,22 @@ const (
 var scenarios = []scenario{
 	{id: "data-straggler-8", name: "llama3-8b pretrain, DDP ×8",
 		build: ddpJob("data-straggler-8", "llama3-8b pretrain, DDP ×8",
-			sim.DDP{Ranks: 8, Steps: 240, Seed: 1, RanksPerHost: 4, Extra: warm(sim.After(onset8, straggler8, sim.Data, 90))},
+			sim.DDP{Ranks: 8, Steps: 240, Seed: 1, RanksPerHost: 4, Extra: sim.WithWarmup(sim.After(onset8, straggler8, sim.Data, 90))},
 			map[string]string{"team": "pretrain", "cluster": "h100-east"})},
 	{id: "baseline-8", name: "llama3-8b pretrain, DDP ×8 (healthy run)",
 		build: ddpJob("baseline-8", "llama3-8b pretrain, DDP ×8 (healthy run)",
-			sim.DDP{Ranks: 8, Steps: 120, Seed: 21, RanksPerHost: 4, Extra: warm(nil)},
+			sim.DDP{Ranks: 8, Steps: 120, Seed: 21, RanksPerHost: 4, Extra: sim.WithWarmup(nil)},
 			map[string]string{"team": "pretrain", "cluster": "h100-east"})},
 	{id: "data-straggler-1024", name: "llama3-70b pretrain, DDP ×1024",
 		build: ddpJob("data-straggler-1024", "llama3-70b pretrain, DDP ×1024",
-			sim.DDP{Ranks: 1024, Steps: 160, Seed: 3, RanksPerHost: 8, BackwardMS: 100, Extra: warm(sim.After(onset1024, straggler1024, sim.Data, 30))},
+			sim.DDP{Ranks: 1024, Steps: 160, Seed: 3, RanksPerHost: 8, BackwardMS: 100, Extra: sim.WithWarmup(sim.After(onset1024, straggler1024, sim.Data, 30))},
 			map[string]string{"team": "pretrain", "cluster": "h100-west"})},
 	{id: "absorbed-backward", name: "vit-l finetune, backward fault in the allreduce",
 		build: ddpJob("absorbed-backward", "vit-l finetune, backward fault in the allreduce",
-			sim.DDP{Ranks: 8, Steps: 160, Seed: 7, Extra: warm(sim.After(80, absorbedRank, sim.Backward, 120))}, nil)},
+			sim.DDP{Ranks: 8, Steps: 160, Seed: 7, Extra: sim.WithWarmup(sim.After(80, absorbedRank, sim.Backward, 120))}, nil)},
 	{id: "tie", name: "bert-large, two slow data shards",
 		build: ddpJob("tie", "bert-large, two slow data shards",
-			sim.DDP{Ranks: 8, Steps: 160, Seed: 11, RanksPerHost: 4, Extra: warm(func(t, r int) sim.Delays {
+			sim.DDP{Ranks: 8, Steps: 160, Seed: 11, RanksPerHost: 4, Extra: sim.WithWarmup(func(t, r int) sim.Delays {
 				var d sim.Delays
 				if t >= 80 && (r == 1 || r == 3) {
 					d[sim.Data] = 60
@@ -107,7 +91,7 @@ var scenarios = []scenario{
 			})}, nil)},
 	{id: "relief", name: "gpt2 pretrain, straggler fixed at step 120",
 		build: ddpJob("relief", "gpt2 pretrain, straggler fixed at step 120",
-			sim.DDP{Ranks: 8, Steps: 200, Seed: 2, Extra: warm(func(t, r int) sim.Delays {
+			sim.DDP{Ranks: 8, Steps: 200, Seed: 2, Extra: sim.WithWarmup(func(t, r int) sim.Delays {
 				var d sim.Delays
 				if t >= 40 && t < 120 && r == 5 {
 					d[sim.Data] = 100
@@ -132,7 +116,7 @@ func roleGroupsJob() (*signal.Job, []stagevec.Vector) {
 			Role: signal.Role{DP: r % 4, TP: -1, PP: r / 4, EP: -1}})
 	}
 	job.Groups = []signal.GroupSchema{{Group: "pp1", Schema: pp1, DeclaredBy: 4}}
-	d := sim.DDP{Ranks: 4, Steps: 140, Seed: 6, Extra: warm(sim.After(60, 1, sim.Data, 70))}
+	d := sim.DDP{Ranks: 4, Steps: 140, Seed: 6, Extra: sim.WithWarmup(sim.After(60, 1, sim.Data, 70))}
 	var out []stagevec.Vector
 	for i, v := range d.Vectors() {
 		out = append(out, v)
@@ -159,7 +143,7 @@ func roleGroupsJob() (*signal.Job, []stagevec.Vector) {
 // fifth of its wall time unaccounted: the report must cap its confidence
 // (telemetry_limited).
 func telemetryLimitedJob() (*signal.Job, []stagevec.Vector) {
-	d := sim.DDP{Ranks: 8, Steps: 120, Seed: 13, Extra: warm(sim.After(0, 1, sim.Data, 60))}
+	d := sim.DDP{Ranks: 8, Steps: 120, Seed: 13, Extra: sim.WithWarmup(sim.After(0, 1, sim.Data, 60))}
 	j := d.Job("telemetry-limited")
 	j.Name, j.Created = "resnet50, lossy telemetry", created
 	var out []stagevec.Vector

@@ -2,6 +2,7 @@
 and LAGGARD_* variables that the client reads are removed for the whole
 test module (a CI runner under Slurm must not change the expected ids)."""
 
+import logging
 import os
 from unittest import mock
 
@@ -16,3 +17,20 @@ def hermetic_env():
     p = mock.patch.dict(os.environ, clean, clear=True)
     p.start()
     return p
+
+
+def module_fixture():
+    """(setUpModule, tearDownModule) for a test module: a hermetic
+    environment, and the laggard logger quiet (tests that expect logs use
+    assertLogs)."""
+    state = {}
+
+    def set_up():
+        state["env"] = hermetic_env()
+        logging.getLogger("laggard").setLevel(logging.CRITICAL)
+
+    def tear_down():
+        state["env"].stop()
+        logging.getLogger("laggard").setLevel(logging.NOTSET)
+
+    return set_up, tear_down

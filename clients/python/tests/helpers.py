@@ -1,5 +1,9 @@
 """Test doubles shared by the unit tests: a settable clock, a sink that
-keeps what it is sent, a CUDA event."""
+keeps what it is sent, a CUDA event, and a test case on a fake clock."""
+
+import unittest
+
+from laggard import perf as perf_mod
 
 
 class FakeClock:
@@ -47,3 +51,17 @@ class FakeEvent:
 
     def elapsed_time(self, other):
         return other.value
+
+
+class ClockedTest(unittest.TestCase):
+    """Runs each test on a FakeClock (self.clock) with a CaptureSink
+    (self.sink)."""
+
+    def setUp(self):
+        self.clock = FakeClock()
+        self._saved = perf_mod._now
+        perf_mod._now = self.clock
+        self.sink = CaptureSink()
+
+    def tearDown(self):
+        perf_mod._now = self._saved

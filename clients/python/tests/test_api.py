@@ -13,35 +13,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
+import helpers  # noqa: E402
 import laggard  # noqa: E402
-from envutil import hermetic_env  # noqa: E402
-from helpers import CaptureSink, FakeClock  # noqa: E402
-from laggard import perf as perf_mod  # noqa: E402
+from envutil import module_fixture  # noqa: E402
 from laggard import schema as schema_mod  # noqa: E402
 
-_env = None
+
+setUpModule, tearDownModule = module_fixture()
 
 
-def setUpModule():
-    global _env
-    _env = hermetic_env()
-    logging.getLogger("laggard").setLevel(logging.CRITICAL)  # tests that expect logs use assertLogs
-
-
-def tearDownModule():
-    _env.stop()
-    logging.getLogger("laggard").setLevel(logging.NOTSET)
-
-
-class ClockedTest(unittest.TestCase):
-    def setUp(self):
-        self.clock = FakeClock()
-        self._saved = perf_mod._now
-        perf_mod._now = self.clock
-        self.sink = CaptureSink()
-
-    def tearDown(self):
-        perf_mod._now = self._saved
+class ClockedTest(helpers.ClockedTest):
 
     def perf(self, **kw):
         kw.setdefault("rank", 0)

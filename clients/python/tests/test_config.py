@@ -14,23 +14,13 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
 import laggard  # noqa: E402
-from envutil import hermetic_env  # noqa: E402
+from envutil import module_fixture  # noqa: E402
 from fakeserver import FakeServer  # noqa: E402
 from helpers import CaptureSink  # noqa: E402
 from laggard import config  # noqa: E402
 
-_env = None
 
-
-def setUpModule():
-    global _env
-    _env = hermetic_env()
-    logging.getLogger("laggard").setLevel(logging.CRITICAL)
-
-
-def tearDownModule():
-    _env.stop()
-    logging.getLogger("laggard").setLevel(logging.NOTSET)
+setUpModule, tearDownModule = module_fixture()
 
 
 class EnvVars:

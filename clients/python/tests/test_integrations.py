@@ -14,26 +14,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
+import helpers  # noqa: E402
 import laggard  # noqa: E402
-from envutil import hermetic_env  # noqa: E402
-from helpers import CaptureSink, FakeClock  # noqa: E402
+from envutil import module_fixture  # noqa: E402
+from helpers import CaptureSink  # noqa: E402
 from laggard import perf as perf_mod  # noqa: E402
 from laggard.integrations import huggingface as hf  # noqa: E402
 from laggard.integrations import lightning as pl  # noqa: E402
 
-_env = None
 D, F, B, C, O, R = range(6)  # positions in durations_ms
 
 
-def setUpModule():
-    global _env
-    _env = hermetic_env()
-    logging.getLogger("laggard").setLevel(logging.CRITICAL)
-
-
-def tearDownModule():
-    _env.stop()
-    logging.getLogger("laggard").setLevel(logging.NOTSET)
+setUpModule, tearDownModule = module_fixture()
 
 
 class Handle:
@@ -79,15 +71,7 @@ class State:
         self.global_step = 0
 
 
-class ClockedTest(unittest.TestCase):
-    def setUp(self):
-        self.clock = FakeClock()
-        self._saved = perf_mod._now
-        perf_mod._now = self.clock
-        self.sink = CaptureSink()
-
-    def tearDown(self):
-        perf_mod._now = self._saved
+class ClockedTest(helpers.ClockedTest):
 
     def ms(self, ms):
         self.clock.advance_ms(ms)

@@ -1,7 +1,6 @@
 """Hot-path semantics of laggard.Perf with a fake clock and a capture sink:
 ordering, residual, nesting, accumulation, data lead, CUDA-event probes."""
 
-import logging
 import os
 import sys
 import types
@@ -12,34 +11,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import helpers  # noqa: E402
 import laggard  # noqa: E402
-from envutil import hermetic_env  # noqa: E402
-from helpers import CaptureSink, FakeClock, FakeEvent  # noqa: E402
-from laggard import perf as perf_mod  # noqa: E402
-
-_env = None
+from envutil import module_fixture  # noqa: E402
+from helpers import FakeEvent  # noqa: E402
 
 
-def setUpModule():
-    global _env
-    _env = hermetic_env()
-    logging.getLogger("laggard").setLevel(logging.CRITICAL)  # misuse tests log warnings by design
+setUpModule, tearDownModule = module_fixture()
 
 
-def tearDownModule():
-    _env.stop()
-    logging.getLogger("laggard").setLevel(logging.NOTSET)
-
-
-class PerfTest(unittest.TestCase):
-    def setUp(self):
-        self.clock = FakeClock()
-        self._saved = perf_mod._now
-        perf_mod._now = self.clock
-        self.sink = CaptureSink()
-
-    def tearDown(self):
-        perf_mod._now = self._saved
+class PerfTest(helpers.ClockedTest):
 
     def perf(self, **kw):
         kw.setdefault("rank", 1)

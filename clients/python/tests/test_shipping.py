@@ -15,21 +15,11 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
 import laggard  # noqa: E402
-from envutil import hermetic_env  # noqa: E402
+from envutil import module_fixture  # noqa: E402
 from fakeserver import FakeServer, free_port  # noqa: E402
 
-_env = None
 
-
-def setUpModule():
-    global _env
-    _env = hermetic_env()
-    logging.getLogger("laggard").setLevel(logging.CRITICAL)  # expected failures
-
-
-def tearDownModule():
-    _env.stop()
-    logging.getLogger("laggard").setLevel(logging.NOTSET)
+setUpModule, tearDownModule = module_fixture()
 
 
 VECTOR_KEYS = {"step", "rank", "micro", "durations_ms", "wall_ms", "data_lead", "probes", "dropped", "nested",

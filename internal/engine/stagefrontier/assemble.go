@@ -1,6 +1,7 @@
 package stagefrontier
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -402,7 +403,7 @@ func (a *asm) finish() (*stagevec.Window, error) {
 				used = append(used, sl)
 			}
 		}
-		slices.SortFunc(used, func(x, y *slab) int { return cmpInt64(x.step, y.step) })
+		slices.SortFunc(used, func(x, y *slab) int { return cmp.Compare(x.step, y.step) })
 	}
 	if len(used) == 0 {
 		return nil, fmt.Errorf("stagefrontier: no stage vectors in window [%d, %s]", a.lo, stepStr(a.hi))
@@ -578,16 +579,6 @@ func sumOf(xs []float64) float64 {
 		s += x
 	}
 	return s
-}
-
-func cmpInt64(x, y int64) int {
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
-	}
-	return 0
 }
 
 func stepStr(s int64) string {
