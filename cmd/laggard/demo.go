@@ -158,17 +158,21 @@ func printVerdict(w io.Writer, res *demo.Result, fault string, rank int, delay f
 	}
 	fmt.Fprintf(w, "\nground truth: %.0f ms %s fault on rank %d\n", delay, fault, rank)
 	if res.WantStage == "" {
-		fmt.Fprintf(w, "  %s host-only control: callbacks correctly left out of the routing set\n", mark(res.StageRouted))
-		return
-	}
-	where := "top-1"
-	if !res.StageRouted {
-		where = "top-2 only"
-		if !res.StageInTop2 {
-			where = "missed"
+		verb := "correctly left out of"
+		if !res.StageRouted {
+			verb = "wrongly put in"
 		}
+		fmt.Fprintf(w, "  %s host-only control: callbacks %s the routing set\n", mark(res.StageRouted), verb)
+	} else {
+		where := "top-1"
+		if !res.StageRouted {
+			where = "top-2 only"
+			if !res.StageInTop2 {
+				where = "missed"
+			}
+		}
+		fmt.Fprintf(w, "  %s stage: %s → %s\n", mark(res.StageInTop2), res.WantStage, where)
 	}
-	fmt.Fprintf(w, "  %s stage: %s → %s\n", mark(res.StageInTop2), res.WantStage, where)
 	h := res.Report.Headline
 	switch {
 	case res.RankWithheld:

@@ -56,6 +56,9 @@ func TestDefaultWindowSinceOnset(t *testing.T) {
 		t.Fatalf("window %+v", rep.Window)
 	}
 	g := rep.Groups[0]
+	if n := g.Report.Ranks[3].Steps; int64(n) != rep.Window.To-rep.Window.From+1 {
+		t.Errorf("rank 3 reported %d steps of the window %+v", n, rep.Window)
+	}
 	if g.Comparison == nil || g.Comparison.Reference.FirstStep != 3 || g.Comparison.Reference.LastStep != rep.Window.From-1 {
 		t.Fatalf("reference %+v", g.Comparison)
 	}

@@ -14,7 +14,7 @@ func (a *analyzer) rankStats() []RankStat {
 	out := make([]RankStat, R)
 	for r := range out {
 		rs := &out[r]
-		rs.Rank, rs.Host, rs.TotalMS = a.rankID(r), a.w.Ranks[r].Host, c.rankTotal[r]
+		rs.Rank, rs.Host, rs.TotalMS, rs.Steps = a.rankID(r), a.w.Ranks[r].Host, c.rankTotal[r], int(c.nSteps[r])
 		rs.LagMS, rs.DeltaLagMS = lag[r*G:(r+1)*G:(r+1)*G], dlag[r*G:(r+1)*G:(r+1)*G]
 		rs.MeanStageMS, rs.LeadCount = mean[r*G:(r+1)*G:(r+1)*G], lead[r*G:(r+1)*G:(r+1)*G]
 		if c.nSteps[r] == 0 {

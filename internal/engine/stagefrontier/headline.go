@@ -69,7 +69,9 @@ func Diagnose(rep *Report, cmp *Comparison) {
 			switch ev.Withheld {
 			case WithheldSpread:
 				h.Withheld = WithheldUniform
-				h.WithheldWhy = rose + ", a slowdown shared by all ranks rather than one straggler"
+				// Stage vectors cannot tell a shared slowdown from every rank
+				// waiting inside the stage (a collective) on one late rank.
+				h.WithheldWhy = rose + ", and no rank leads consistently: either every rank slowed down, or a collective or barrier inside the stage makes all of them wait for a different rank each step; stage vectors cannot tell which — collective-level evidence is needed"
 			case WithheldAbsorbed:
 				h.WithheldWhy += "; " + rose
 			}

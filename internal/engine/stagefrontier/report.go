@@ -117,6 +117,8 @@ type RankStat struct {
 	// MeanStageMS[s] is the rank's mean raw stage duration.
 	MeanStageMS []float64 `json:"mean_stage_ms"`
 	TotalMS     float64   `json:"total_ms"`
+	// Steps is how many of the window's steps the rank reported.
+	Steps int `json:"steps"`
 }
 
 // StepPoint is one step of the step-time series.
