@@ -123,10 +123,16 @@ func checkWindow(w *stagevec.Window) (k int, err error) {
 // group"). Ranks with no role metadata at all are not counted: they
 // neither split nor join a group.
 func roleGroups(w *stagevec.Window, seen []bool) int {
-	groups := map[string]bool{}
+	// Keyed like Role.Group (role name, pipeline stage) without building
+	// its string for every rank.
+	type key struct {
+		pp   int
+		name string
+	}
+	groups := map[key]bool{}
 	for r, rk := range w.Ranks {
 		if seen[r] && rk.Role != signal.UnknownRole {
-			groups[rk.Role.Group()] = true
+			groups[key{max(rk.Role.PP, -1), rk.Role.Name}] = true
 		}
 	}
 	return max(len(groups), 1)
