@@ -89,33 +89,11 @@ func (a *Analyzer) Limits() Limits { return a.lim }
 
 // Run computes the report req asks for.
 func (a *Analyzer) Run(ctx context.Context, req Request) (*Report, error) {
-	job, err := a.src.Job(req.Job)
+	r, err := a.resolve(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := req.config(job)
-	if err != nil {
-		return nil, err
-	}
-	gs := groupsOf(job)
-	if req.Group != "" {
-		i := slices.IndexFunc(gs, func(g group) bool { return g.key == req.Group })
-		if i < 0 {
-			return nil, signal.FieldErrorf(ParamGroup, "job %q has no role group %q (groups: %s)", job.ID, signal.Clip(req.Group), groupKeys(gs))
-		}
-		gs = []group{gs[i]}
-	}
-	st, err := a.src.Stats(job.ID)
-	if err != nil {
-		return nil, err
-	}
-	if st.Vectors == 0 {
-		return nil, fmt.Errorf("job %q: %w", job.ID, ErrNoData)
-	}
-	h, err := a.history(ctx, job, gs, st)
-	if err != nil {
-		return nil, err
-	}
+	job, gs, h, cfg := r.job, r.groups, r.hist, r.cfg
 	rep := &Report{SchemaVersion: ReportSchema, JobID: job.ID, JobName: job.Name, RoleAwareNeeded: len(gs) > 1}
 	if h != nil {
 		rep.Timeline = h.timeline(gs[0].key)
@@ -123,10 +101,7 @@ func (a *Analyzer) Run(ctx context.Context, req Request) (*Report, error) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the time axis covers the last %d stored steps (%d–%d); older steps exist", len(h.steps), h.from, h.to))
 		}
 	}
-	win, err := a.resolveWindow(job, gs, st, h, req)
-	if err != nil {
-		return nil, err
-	}
+	win := r.win
 	rep.Window = win
 	ref, refBasis, refJob, note := a.resolveReference(ctx, job, gs, h, win, req)
 	if note != "" {
@@ -157,6 +132,53 @@ func (a *Analyzer) Run(ctx context.Context, req Request) (*Report, error) {
 	return rep, nil
 }
 
+// resolved is a request turned into what Run reads: the job, its role
+// groups, the time axis and the window.
+type resolved struct {
+	job    *signal.Job
+	cfg    stagefrontier.Config
+	groups []group
+	hist   *history
+	win    Window
+}
+
+// resolve reads the job and its time axis and resolves the window, without
+// analyzing it (Run does; a run-B comparison needs only the window).
+func (a *Analyzer) resolve(ctx context.Context, req Request) (*resolved, error) {
+	job, err := a.src.Job(req.Job)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := req.config(job)
+	if err != nil {
+		return nil, err
+	}
+	gs := groupsOf(job)
+	if req.Group != "" {
+		i := slices.IndexFunc(gs, func(g group) bool { return g.key == req.Group })
+		if i < 0 {
+			return nil, signal.FieldErrorf(ParamGroup, "job %q has no role group %q (groups: %s)", job.ID, signal.Clip(req.Group), groupKeys(gs))
+		}
+		gs = []group{gs[i]}
+	}
+	st, err := a.src.Stats(job.ID)
+	if err != nil {
+		return nil, err
+	}
+	if st.Vectors == 0 {
+		return nil, fmt.Errorf("job %q: %w", job.ID, ErrNoData)
+	}
+	h, err := a.history(ctx, job, gs, st)
+	if err != nil {
+		return nil, err
+	}
+	win, err := a.resolveWindow(job, gs, st, h, req)
+	if err != nil {
+		return nil, err
+	}
+	return &resolved{job: job, cfg: cfg, groups: gs, hist: h, win: win}, nil
+}
+
 func (r *Report) timelineChanges() []ChangePoint {
 	if r.Timeline == nil {
 		return nil
@@ -174,11 +196,15 @@ func groupKeys(gs []group) string {
 
 // history returns the cached time axis when nothing was stored since.
 func (a *Analyzer) history(ctx context.Context, job *signal.Job, gs []group, st store.JobStats) (*history, error) {
-	key := histKey{job: job.ID, last: st.LastStep, vectors: st.Vectors, groups: groupKeys(gs), ranks: len(job.Ranks), schemas: len(job.Groups)}
+	sizes := make([]string, len(gs))
+	for i, g := range gs {
+		sizes[i] = fmt.Sprintf("%s=%d", g.key, g.ranks)
+	}
+	key := histKey{job: job.ID, last: st.LastStep, vectors: st.Vectors, groups: strings.Join(sizes, ","), ranks: len(job.Ranks), schemas: len(job.Groups)}
 	if h := a.cache.get(key); h != nil {
 		return h, nil
 	}
-	h, err := a.readHistory(ctx, job, gs)
+	h, err := a.readHistory(ctx, job, gs, st)
 	if err != nil || h == nil {
 		return h, err
 	}
@@ -273,11 +299,11 @@ func (a *Analyzer) resolveReference(ctx context.Context, job *signal.Job, gs []g
 		if err != nil {
 			return nil, "", nil, fmt.Sprintf("no comparison: job %q: %v", req.CompareJob, err)
 		}
-		sub, err := a.Run(ctx, Request{Job: other.ID, NoReference: true, Tau: req.Tau, ModelFit: req.ModelFit})
+		sub, err := a.resolve(ctx, Request{Job: other.ID})
 		if err != nil {
 			return nil, "", nil, fmt.Sprintf("no comparison: job %q: %v", req.CompareJob, err)
 		}
-		return &refWindow{sub.Window.From, sub.Window.To}, fmt.Sprintf("run %s, its %s", other.ID, sub.Window.Reason), other, ""
+		return &refWindow{sub.win.From, sub.win.To}, fmt.Sprintf("run %s, its %s", other.ID, sub.win.Reason), other, ""
 	case req.NoReference:
 		return nil, "", nil, ""
 	}

@@ -72,7 +72,7 @@ type history struct {
 
 // readHistory computes the per-step series over the last steps of the job,
 // bounded by HistorySteps and HistoryCells, reading ChunkCells at a time.
-func (a *Analyzer) readHistory(ctx context.Context, job *signal.Job, gs []group) (*history, error) {
+func (a *Analyzer) readHistory(ctx context.Context, job *signal.Job, gs []group, st JobStats) (*history, error) {
 	per := cellsPerStep(gs)
 	H := int(min(int64(a.lim.HistorySteps), max(a.lim.HistoryCells/per, 1)))
 	from, to, ok, err := a.src.LastSteps(job.ID, H)
@@ -80,9 +80,7 @@ func (a *Analyzer) readHistory(ctx context.Context, job *signal.Job, gs []group)
 		return nil, err
 	}
 	h := &history{from: from, to: to, stages: gs[0].schema.Stages}
-	if st, err := a.src.Stats(job.ID); err == nil && st.FirstStep < from {
-		h.truncated = true
-	}
+	h.truncated = st.FirstStep < from
 	chunk := int(max(a.lim.ChunkCells/per, 1))
 	exposed := map[int64]float64{}
 	primary := map[int64]stagefrontier.StepPoint{}
