@@ -362,8 +362,10 @@ func (a *Analyzer) runGroup(ctx context.Context, job *signal.Job, g group, win W
 	gr := &GroupReport{Group: g.key, NumRanks: g.ranks, Report: rep}
 	if ref != nil && refJob != nil {
 		key := g.key
-		if refJob.ID != job.ID && !slices.ContainsFunc(groupsOf(refJob), func(x group) bool { return x.key == key }) {
-			key = groupsOf(refJob)[0].key
+		if refJob.ID != job.ID {
+			if rgs := groupsOf(refJob); !slices.ContainsFunc(rgs, func(x group) bool { return x.key == key }) {
+				key = rgs[0].key // run B's largest group
+			}
 		}
 		if rw, err := a.window(ctx, refJob, key, ref.from, ref.to, &skipped{}); err == nil && rw != nil {
 			if base, err := stagefrontier.Analyze(rw, cfg); err == nil {

@@ -79,12 +79,25 @@ func (a *analyzer) stageEvidence(rep *Report) []StageEvidence {
 	out := make([]StageEvidence, a.G)
 	buf := make([]float64, 0, a.R)
 	typ := make([]float64, 0, a.R)
+	// Each effective boundary's typical lag is computed once: a stage's
+	// tail reads its own boundary and the one before it.
+	lags := make([]float64, a.S)
+	done := make([]bool, a.S)
+	lagAt := func(s int) float64 {
+		if s < 0 {
+			return 0
+		}
+		if !done[s] {
+			lags[s], done[s] = a.typicalLag(s, buf), true
+		}
+		return lags[s]
+	}
 	for g := range out {
 		sb := a.boundaryOf(g)
 		ev := &out[g]
 		ev.Stage = rep.Stages[g]
-		ev.TypicalLagMS = a.typicalLag(sb, buf)
-		ev.TailMS = ev.TypicalLagMS - a.typicalLag(sb-1, buf)
+		ev.TypicalLagMS = lagAt(sb)
+		ev.TailMS = ev.TypicalLagMS - lagAt(sb-1)
 		typ = typ[:0]
 		for r, rs := range rep.Ranks { // window order
 			if a.acct.nSteps[r] > 0 {
