@@ -3,11 +3,20 @@
 A sink is only ever called from the shipper's background thread, so it may
 block (bounded by its timeout) and raise; the shipper turns every failure
 into counted drops and never lets it reach the training thread.
+
+A sink has register(job, rank), send(vectors) (dicts) and close(). One that
+also has send_encoded(texts) — each vector already JSON text — gets that
+instead. set_deadline(t), where a sink has it, is called by close() from
+another thread: no request, in flight or later, may run past t
+(time.monotonic()).
 """
 
 import http.client
+import io
 import json
 import os
+import socket
+import time
 import urllib.parse
 
 
@@ -20,8 +29,11 @@ class ShipError(Exception):
     trying. op says which request failed ("job", "rank" or "vectors");
     detail and field are the server's {"error", "field"} body."""
 
-    def __init__(self, msg, status=None, retry_after=None, permanent=False, op=None, detail="", field=""):
+    def __init__(self, msg, status=None, retry_after=None, permanent=False, op=None, detail="", field="",
+                 timed_out=False, at_deadline=False):
         super().__init__(msg)
+        self.timed_out = timed_out
+        self.at_deadline = at_deadline  # timed out at the caller's deadline, before the sink's own timeout
         self.status = status
         self.retry_after = retry_after
         self.permanent = permanent
@@ -35,10 +47,90 @@ def _version():
     return __version__
 
 
+_RECHECK_S = 0.1  # a blocked read looks again at a deadline lowered meanwhile (close())
+
+
+class _DeadlineSocket:
+    """Wraps a connected socket so every blocking call waits at most what is
+    left of the current request's deadline. A socket timeout alone bounds
+    each recv, so a server trickling one byte a second kept a request (and
+    the shipper) alive forever (D10). http.client only calls sendall,
+    makefile, setsockopt and close on its socket."""
+
+    def __init__(self, sock, owner):
+        self._sock = sock
+        self._owner = owner  # its _cap: close()'s deadline, read on every call (set from another thread)
+        self.deadline = None  # time.monotonic() of this request's end
+
+    def _left(self):
+        d, cap = self.deadline, self._owner._cap
+        if cap is not None and (d is None or cap < d):
+            d = cap
+        if d is None:
+            return None
+        left = d - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("request deadline passed")
+        return left
+
+    def sendall(self, data):
+        self._sock.settimeout(self._left())  # since 3.5 the timeout bounds the whole sendall
+        return self._sock.sendall(data)
+
+    def recv_into(self, buf, nbytes=0):
+        while True:
+            left = self._left()
+            if left is None:
+                return self._sock.recv_into(buf, nbytes or len(buf))
+            self._sock.settimeout(min(left, _RECHECK_S))
+            try:
+                return self._sock.recv_into(buf, nbytes or len(buf))
+            except socket.timeout:
+                if left <= _RECHECK_S:
+                    raise
+
+    def makefile(self, mode="rb", buffering=None, **_kw):
+        if mode != "rb":
+            raise ValueError("deadline socket: mode %r" % mode)
+        return io.BufferedReader(_DeadlineReader(self), buffering or io.DEFAULT_BUFFER_SIZE)
+
+    def __getattr__(self, name):  # setsockopt, close, fileno, ...
+        return getattr(self._sock, name)
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, dsock):
+        super().__init__()
+        self._dsock = dsock
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        return self._dsock.recv_into(b)
+
+
+def _deadline_connection(base):
+    class Conn(base):
+        owner = None  # the HTTPSink
+
+        def connect(self):
+            super().connect()
+            self.sock = _DeadlineSocket(self.sock, self.owner)
+    Conn.__name__ = "Deadline" + base.__name__
+    return Conn
+
+
+_HTTPConnection = _deadline_connection(http.client.HTTPConnection)
+_HTTPSConnection = _deadline_connection(http.client.HTTPSConnection)
+
+
 class HTTPSink:
     """Speaks the HTTP contract: PUT /api/v1/jobs/{id}, POST .../ranks and
     POST .../vectors (JSON). One keep-alive connection, reopened on error.
-    token, when given, goes out as Authorization: Bearer on every request."""
+    token, when given, goes out as Authorization: Bearer on every request.
+    timeout bounds each request as a whole (connect, send, response), not
+    just each socket read."""
 
     def __init__(self, server, job_id, timeout=2.0, token=None):
         u = urllib.parse.urlsplit(server if "://" in server else "http://" + server)
@@ -53,17 +145,30 @@ class HTTPSink:
         if token:
             self._headers["Authorization"] = "Bearer " + token
         self._conn = None
+        self._cap = None  # set_deadline()
 
-    def _connection(self):
-        if self._conn is None:
-            cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-            self._conn = cls(self._netloc, timeout=self._timeout)
-        return self._conn
+    def set_deadline(self, t):
+        """No request, in flight or later, runs past t (time.monotonic()).
+        Safe to call from another thread."""
+        self._cap = t
 
-    def _request(self, method, path, body, op):
-        data = json.dumps(body, separators=(",", ":")).encode()
+    def _request(self, method, path, data, op):
+        start = time.monotonic()
+        end = start + self._timeout
         try:
-            conn = self._connection()
+            cap = self._cap
+            left = min(end, cap if cap is not None else end) - start
+            if left <= 0:
+                raise socket.timeout("request deadline passed")
+            conn = self._conn
+            if conn is None:
+                cls = _HTTPSConnection if self._scheme == "https" else _HTTPConnection
+                conn = self._conn = cls(self._netloc, timeout=left)
+                conn.owner = self
+            if conn.sock is None:
+                conn.timeout = left  # bounds the connect; the deadline socket takes over after it
+                conn.connect()
+            conn.sock.deadline = end
             conn.request(method, path, body=data, headers=self._headers)
             resp = conn.getresponse()
             payload = resp.read()
@@ -71,7 +176,12 @@ class HTTPSink:
             retry_after = resp.getheader("Retry-After")
         except (OSError, http.client.HTTPException) as e:
             self.close()
-            raise ShipError("%s %s: %s" % (method, path, e), op=op) from None
+            timed_out = isinstance(e, socket.timeout)
+            cap = self._cap
+            at_cap = timed_out and cap is not None and cap < end
+            why = "no complete response within %.3g s" % ((cap if at_cap else end) - start) if timed_out else e
+            raise ShipError("%s %s: %s" % (method, path, why), op=op, timed_out=timed_out,
+                            at_deadline=at_cap) from None
         if 200 <= status < 300:
             return payload
         text = payload[:2000].decode("utf-8", "replace")
@@ -94,11 +204,16 @@ class HTTPSink:
                         field=field)
 
     def register(self, job, rank):
-        self._request("PUT", self._base, job, "job")
-        self._request("POST", self._base + "/ranks", rank, "rank")
+        self._request("PUT", self._base, _json(job), "job")
+        self._request("POST", self._base + "/ranks", _json(rank), "rank")
 
     def send(self, vectors):
-        self._request("POST", self._base + "/vectors", {"vectors": vectors}, "vectors")
+        self._request("POST", self._base + "/vectors", _json({"vectors": vectors}), "vectors")
+
+    def send_encoded(self, texts):
+        """texts: each vector as JSON text (shipper.encode_vector)."""
+        body = ('{"vectors":[' + ",".join(texts) + "]}").encode()
+        self._request("POST", self._base + "/vectors", body, "vectors")
 
     def close(self):
         if self._conn is not None:
@@ -107,6 +222,10 @@ class HTTPSink:
             except Exception:
                 pass
             self._conn = None
+
+
+def _json(v):
+    return json.dumps(v, separators=(",", ":")).encode()
 
 
 class FileSink:
@@ -127,10 +246,13 @@ class FileSink:
             self._f.flush()
 
     def send(self, vectors):
+        self.send_encoded([json.dumps(v, separators=(",", ":")) for v in vectors])
+
+    def send_encoded(self, texts):
         if self._f is None:
             raise ShipError("file sink %s: not registered" % self.path)
         try:
-            self._f.write("".join(json.dumps(v, separators=(",", ":")) + "\n" for v in vectors))
+            self._f.write("\n".join(texts) + "\n")
             self._f.flush()
         except OSError as e:
             raise ShipError("file sink %s: %s" % (self.path, e)) from None

@@ -37,16 +37,33 @@ def go_group(role):
     return g or "default"
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that gave up on a slow reply closes the connection; that
+        # is the behaviour under test, not a server failure worth a traceback.
+        import sys
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 class FakeServer:
     """Records every request; `behaviour(method, path, n)` may return
     (status, headers, body, delay_s) to override the default reply, where n
     counts earlier requests to the same (method, path). strict=False turns
-    the registration rules off."""
+    the registration rules off. `trickle(method, path, n)` may return
+    seconds per byte: the reply is then a 200 whose bytes come that slowly
+    and never end (its Content-Length is never reached), as a server that
+    trickles its answer does (D10)."""
 
-    def __init__(self, behaviour=None, strict=True):
+    def __init__(self, behaviour=None, strict=True, trickle=None):
         self.requests = []
         self.behaviour = behaviour
         self.strict = strict
+        self.trickle = trickle
+        self.trickled = 0  # bytes written by trickling replies
+        self._closed = threading.Event()
         self.jobs = {}  # id -> {"run_id", "schema", "ranks": {rank: group}, "groups": {group: schema}}
         self.missing_order_hash = 0
         self._lock = threading.Lock()
@@ -70,6 +87,13 @@ class FakeServer:
                 with outer._lock:
                     k = outer._counts.get(key, 0)
                     outer._counts[key] = k + 1
+                per_byte = outer.trickle(self.command, self.path, k) if outer.trickle else None
+                if per_byte:
+                    with outer._lock:
+                        outer.requests.append({"method": self.command, "path": self.path, "body": body,
+                                               "status": "trickle"})
+                    self._trickle(per_byte)
+                    return
                 reply = outer.behaviour(self.command, self.path, k) if outer.behaviour else None
                 if reply is None:
                     with outer._lock:
@@ -91,10 +115,23 @@ class FakeServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _trickle(self, per_byte):
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+                i = 0
+                while not outer._closed.wait(per_byte):
+                    try:
+                        self.wfile.write(head[i:i + 1] if i < len(head) else b" ")
+                        self.wfile.flush()
+                    except OSError:
+                        break
+                    i += 1
+                    with outer._lock:
+                        outer.trickled += 1
+                self.close_connection = True
+
             do_PUT = do_POST = do_GET = _handle
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
@@ -176,6 +213,7 @@ class FakeServer:
         return [r["body"] for r in list(self.requests) if r["path"].endswith("/ranks") and r["status"] == 200]
 
     def close(self):
+        self._closed.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

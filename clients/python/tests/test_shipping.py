@@ -7,14 +7,17 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
 import laggard  # noqa: E402
+from laggard import shipper as shipper_mod  # noqa: E402
 from envutil import module_fixture  # noqa: E402
 from fakeserver import FakeServer, free_port  # noqa: E402
 
@@ -351,6 +354,213 @@ class FileSinkTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             laggard.merge_stage_files(os.path.join(d, "out"), [empty])
         self.assertFalse(os.path.exists(os.path.join(d, "out.tmp")))
+
+
+def vector_posts(srv):
+    return [r for r in list(srv.requests) if r["path"].endswith("/vectors")]
+
+
+class D10Test(unittest.TestCase):
+    """D10: a server that trickles its response wedged the shipper forever
+    (sent=0, errors=0) because the socket timeout bounds each read, not the
+    request; close() then always waited its full timeout."""
+
+    def trickler(self):
+        # Registration answers normally; every vector post gets a 200 whose
+        # bytes come one per 50 ms and never end.
+        srv = FakeServer(trickle=lambda m, path, n: 0.05 if path.endswith("/vectors") else None)
+        self.addCleanup(srv.close)
+        return srv
+
+    def test_d10_trickling_server_times_out(self):
+        srv = self.trickler()
+        p = laggard.Perf(server=srv.url, job="trickle", rank=0, world_size=1, batch_size=4, flush_interval=0.01,
+                         timeout=0.5)
+        t0 = time.monotonic()
+        run_steps(p, 4)
+        self.assertTrue(wait_for(lambda: p.stats()["errors"] >= 1, 5), p.stats())
+        took = time.monotonic() - t0
+        self.assertGreaterEqual(srv.trickled, 2)  # bytes kept coming: no single read waited 0.5 s
+        self.assertLess(took, 3.0)  # the 0.5 s request deadline, plus registration and scheduling
+        st = p.stats()
+        self.assertIn("no complete response within 0.5 s", st["last_error"])
+        self.assertEqual((st["sent"], st["dropped"]), (0, 4))
+        # It keeps going: the next batch is tried (after a backoff) and fails the same way.
+        run_steps(p, 4)
+        self.assertTrue(wait_for(lambda: p.stats()["errors"] >= 2, 5), p.stats())
+        self.assertEqual(len(vector_posts(srv)), 2)
+        t = time.monotonic()
+        self.assertTrue(p.close(5))
+        self.assertLess(time.monotonic() - t, 1.0)
+        self.assertEqual(p.stats()["dropped"], 8)
+
+    def test_d10_close_returns_when_drained(self):
+        # Healthy server, everything already shipped: close() returns at once.
+        srv = FakeServer()
+        self.addCleanup(srv.close)
+        p = laggard.Perf(server=srv.url, job="drained", rank=0, world_size=1, flush_interval=0.01)
+        run_steps(p, 10)
+        self.assertTrue(wait_for(lambda: p.stats()["sent"] == 10))
+        t = time.monotonic()
+        self.assertTrue(p.close(10))
+        self.assertLess(time.monotonic() - t, 0.5)  # ~1 ms; generous for a loaded machine
+
+        # Vectors queued behind a long flush interval: shipped by close(), which returns when done.
+        p = laggard.Perf(server=srv.url, job="drained", rank=0, world_size=1, flush_interval=60)
+        run_steps(p, 10)
+        t = time.monotonic()
+        self.assertTrue(p.close(10))
+        self.assertLess(time.monotonic() - t, 2.0)
+        self.assertEqual(p.stats()["sent"], 10)
+
+        # A trickling server holding the one request in flight: close() waits
+        # for that request's deadline (0.3 s), not for its own 5 s.
+        tr = self.trickler()
+        p = laggard.Perf(server=tr.url, job="stuck", rank=0, world_size=1, flush_interval=0.01, timeout=0.3)
+        run_steps(p, 3)
+        self.assertTrue(wait_for(lambda: vector_posts(tr)))
+        t = time.monotonic()
+        done = p.close(5)
+        took = time.monotonic() - t
+        self.assertTrue(done, p.stats())
+        self.assertLess(took, 2.0)
+        st = p.stats()
+        self.assertEqual((st["sent"], st["dropped"], st["queued"]), (0, 3, 0))
+
+    def test_d10_close_with_pending_data_waits_at_most_its_timeout(self):
+        tr = self.trickler()
+        p = laggard.Perf(server=tr.url, job="pending", rank=0, world_size=1, batch_size=4, flush_interval=60,
+                         timeout=5)
+        run_steps(p, 40)  # ten batches, each of which would trickle for 5 s
+        t = time.monotonic()
+        p.close(1.0)  # usually True: no request outlives close()'s deadline (less 0.1 s to finish)
+        self.assertLess(time.monotonic() - t, 1.5)
+        sh = p._shipper
+        self.assertTrue(wait_for(lambda: not sh._thread.is_alive(), 1.0))  # not wedged in the trickle
+        st = p.stats()
+        self.assertEqual((st["sent"], st["dropped"], st["queued"]), (0, 40, 0))
+        self.assertEqual(st["errors"], 0)  # cut off by close(), not a server failure
+
+    def test_failing_server_backed_off_with_jitter(self):
+        srv = FakeServer(lambda m, path, n: (500, {}, {"error": "down"}, 0) if path.endswith("/vectors") else None)
+        self.addCleanup(srv.close)
+        p = laggard.Perf(server=srv.url, job="backoff", rank=0, world_size=1, batch_size=1, flush_interval=0.01)
+        run_steps(p, 100, sleep_s=0.005)  # ~0.6 s, a batch every step
+        p.close(2)
+        st = p.stats()
+        # Without backoff every one of the 100 batches is a request; with it
+        # (0.1-0.2 s, then 0.2-0.4 s, ...) only a handful are.
+        self.assertLessEqual(len(vector_posts(srv)), 10)
+        self.assertEqual((st["sent"], st["dropped"]), (0, 100))
+        sh = shipper_mod.Shipper(NullSink(), {"id": "x"}, {"rank": 0})
+        self.addCleanup(sh.close, 1)
+        pauses = []
+        for _ in range(8):
+            before = time.monotonic()
+            sh._failed()
+            pauses.append(sh._retry_at - before)
+        bases = [min(0.2 * 2 ** i, 5.0) for i in range(8)]
+        for got, base in zip(pauses, bases):
+            self.assertTrue(0.5 * base - 0.01 <= got <= base + 0.01, (got, base))
+        self.assertGreater(len({round(g / b, 6) for g, b in zip(pauses, bases)}), 1)  # jittered, not fixed
+
+
+class NullSink:
+    def register(self, job, rank):
+        pass
+
+    def send(self, vectors):
+        pass
+
+    def close(self):
+        pass
+
+
+class D11Test(unittest.TestCase):
+    """D11: the shipper built and encoded a whole 256-vector batch in one go,
+    holding the interpreter lock ~2 ms and stalling the training thread
+    (p99 step 1.3 → 3.8 ms). It must encode in small slices with a GIL
+    release between them. The timing itself is in bench/overhead.py
+    --steptime; this asserts the structure."""
+
+    def encode_runs(self, sink):
+        events = []
+        lock = threading.Lock()
+
+        def mark(e):
+            with lock:
+                events.append(e)
+
+        vd, ev = shipper_mod.vector_dict, getattr(shipper_mod, "encode_vector", None)
+
+        class Held(shipper_mod.Shipper):
+            go = threading.Event()
+
+            def _run(self):
+                self.go.wait(5)
+                super()._run()
+
+        patches = [mock.patch.object(shipper_mod, "vector_dict", lambda *a: (mark("e"), vd(*a))[1]),
+                   mock.patch.object(shipper_mod, "_yield_gil", lambda: mark("r"), create=True)]
+        if ev is not None:
+            patches.append(mock.patch.object(shipper_mod, "encode_vector", lambda *a: (mark("e"), ev(*a))[1]))
+        sink.mark = mark
+        for pt in patches:
+            pt.start()
+        try:
+            sh = Held(sink, {"id": "x"}, {"rank": 0}, flush_interval=60)
+            for i in range(1000):
+                sh.offer((i, 0, 0, [0.001 * i, 1.5, 2.25, 0.0, 3.0, 0.125], 7.0 + i, 0, None, 0))
+            Held.go.set()
+            self.assertTrue(sh.close(10))
+        finally:
+            for pt in patches:
+                pt.stop()
+        self.assertEqual(sh.stats()["sent"], 1000)
+        runs, n = [], 0
+        for e in events:
+            if e == "e":
+                n += 1
+            else:
+                runs.append(n)
+                n = 0
+        runs.append(n)
+        self.assertEqual(sum(runs), 1000)
+        return runs
+
+    def test_d11_encoding_chunks_bounded(self):
+        class DictSink(NullSink):
+            def send(self, vectors):
+                self.mark("r")  # I/O: the lock is released
+
+        class TextSink(DictSink):
+            def send_encoded(self, texts):
+                self.mark("r")
+
+        bound = getattr(shipper_mod, "_SLICE_VECTORS", 32)
+        self.assertLessEqual(bound, 64)  # ~2.4 µs a vector: a slice well under 0.2 ms
+        for sink in (DictSink(), TextSink()):
+            with self.subTest(sink=type(sink).__name__):
+                runs = self.encode_runs(sink)
+                self.assertLessEqual(max(runs), bound, "%d vectors encoded without releasing the GIL" % max(runs))
+
+    def test_encoded_vectors_match_vector_dict(self):
+        oh = "20c8b074ceccc24f"
+        items = [
+            (3, 1, 0, [0.123456, 12.0, 0.0, 1e-06, 86400000.0, 0.5], 86400013.623457, 0, None, 0),
+            (4, 0, 2, [1.0, 2.0], 3.5, 1, {"model.fwd_loss_cuda_event_ms": (1.2345678, True)}, 2),
+            (5, 0, 0, [1.0], 1.0, 0, {"p": (0.0, False)}, 0),
+            (2.0, 0, 0, [1.0], 1.0, 0, None, 0),  # a float step: json keeps it a float
+            (7, 0, 0, [0.1], 0.3333333333, 0, None, 0),
+        ]
+        for it in items:
+            for h in (oh, None):
+                text = shipper_mod.encode_vector(it, h)
+                self.assertEqual(json.loads(text), shipper_mod.vector_dict(it, h), text)
+        first = shipper_mod._with_dropped(shipper_mod.encode_vector(items[0], oh), 7)
+        self.assertEqual(json.loads(first)["dropped"], 7)
+        nan = shipper_mod.encode_vector((1, 0, 0, [float("nan")], 1.0, 0, None, 0), oh)
+        self.assertIn("NaN", nan)  # as json.dumps writes it (the server refuses it, as before)
 
 
 if __name__ == "__main__":
