@@ -6,7 +6,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin/laggard
 LDFLAGS := -s -w
 
-.PHONY: all deps deps-browser build demo test test-go test-py bench fuzz eval clean
+.PHONY: all deps deps-browser build demo test test-go test-py bench fuzz chaos eval clean
 
 all: build
 
@@ -53,6 +53,13 @@ bench:
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
 	FUZZTIME=$${FUZZTIME:-30s} ./scripts/fuzz.sh
+
+# The chaos and load suite at full size (internal/chaos): kill -9 with 64
+# posters, load figures, fair share, disk full, 2,000 slow clients, every
+# defect probe. Its short mode already runs inside `go test ./...` (test-go).
+# Without -race, so the figures it logs are production-like.
+chaos:
+	LAGGARD_CHAOS=full $(GO) test -count=1 -v -timeout 30m ./internal/chaos/
 
 # Reproduces StageFrontier's E3 hidden-rank routing table (see eval/README.md).
 eval: deps build

@@ -17,6 +17,7 @@ import (
 	pyclient "github.com/laggard-dev/laggard/clients/python"
 	"github.com/laggard-dev/laggard/internal/demo"
 	"github.com/laggard-dev/laggard/internal/render"
+	"github.com/laggard-dev/laggard/internal/server"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -94,6 +95,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("cannot listen on %s (%v) nor on a free loopback port: %v", so.addr, err, ferr)
 		}
 		fmt.Fprintf(stderr, "laggard demo: the default address %s %s; serving on %s instead (pass -addr to choose)\n", so.addr, why, ln.Addr())
+	}
+	if !server.IsLoopback(ln.Addr()) {
+		ln.Close()
+		return fmt.Errorf("laggard demo serves without authentication, so it listens on loopback only (-addr %s is not);\n"+
+			"  to reach it from elsewhere, forward the port (ssh -L), or run laggard serve -tokens FILE (docs/security.md)", so.addr)
 	}
 
 	sctx, stopServer := context.WithCancel(ctx)

@@ -2,6 +2,7 @@
 //
 //	laggard serve     run the ingest server, API, metrics and web UI
 //	laggard analyze   analyze an exported stage matrix (JSONL or CSV)
+//	laggard token     make an API token for serve -tokens
 //	laggard demo      train a real PyTorch DDP job with an injected straggler and diagnose it
 //	laggard version   print the version
 //	laggard help      show help for laggard or one command
@@ -34,7 +35,7 @@ func commands() []command {
 	return []command{
 		{name: "serve", summary: "run the ingest server, HTTP API, Prometheus metrics and web UI", run: runServe, examples: []string{
 			"laggard serve                               # data in ./laggard-data, UI on http://127.0.0.1:7070",
-			"laggard serve /var/lib/laggard -addr 0.0.0.0:7070",
+			"laggard serve /var/lib/laggard -addr 0.0.0.0:7070 -tokens /etc/laggard/tokens   # non-loopback needs -tokens",
 		}},
 		{name: "analyze", summary: "analyze a stage-matrix file (JSONL or CSV, may be gzipped) and print the window report", run: runAnalyze, examples: []string{
 			"laggard analyze run42.jsonl                 # a readable table; --json for automation",
@@ -45,6 +46,10 @@ func commands() []command {
 		{name: "demo", summary: "train a real PyTorch DDP job with an injected straggler and show the diagnosis", run: runDemo, examples: []string{
 			"laggard demo                                # a hidden 120 ms data-loader fault on 4 ranks",
 			"laggard demo -fault backward -world 8 -keep=false",
+		}},
+		{name: "token", summary: "make an API token and its line for serve -tokens", run: runToken, examples: []string{
+			"laggard token -scopes read grafana          # a read token for dashboards",
+			"laggard token -scopes 'ingest:team-a-*' team-a trainers",
 		}},
 		{name: "version", summary: "print the version (also laggard --version, -v)", run: runVersion},
 		{name: "help", summary: "show help for laggard or one command", run: runHelp, examples: []string{

@@ -8,9 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
+	"github.com/laggard-dev/laggard/internal/auth"
 	"github.com/laggard-dev/laggard/internal/server"
 	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/ui"
@@ -24,7 +29,134 @@ type serveOptions struct {
 	dataDir    string
 	queueDepth int
 	maxBody    int64
+	sec        securityOptions // serve's own flags; demo leaves them zero
+	life       storageOptions  // serve's own flags; demo leaves them zero
 }
+
+// storageOptions are serve's bounds on what is kept: retention, the disk
+// reserve, the job count and the ingest queue's memory. Zero values take
+// the store's and server's defaults.
+type storageOptions struct {
+	retentionAge    time.Duration
+	retentionSize   byteSize
+	compactInterval time.Duration
+	minFree         byteSize
+	maxJobs         int
+	queueBytes      byteSize
+}
+
+func (o *storageOptions) register(fs *flag.FlagSet) {
+	fs.DurationVar(&o.retentionAge, "retention-age", 0, "delete jobs with no ingest for this long, e.g. 720h (default 0: keep forever)")
+	fs.Var(&o.retentionSize, "retention-size", "delete the least recently written jobs while the store is larger than this, e.g. 50GiB (default 0: no limit; jobs written in the last 10 minutes are kept)")
+	fs.DurationVar(&o.compactInterval, "compact-interval", time.Minute, "how often retention runs and deleted jobs' space is compacted away")
+	fs.Var(&o.minFree, "min-free", "free disk space to keep on the store's filesystem; below it ingest answers 507 and reads go on (default 0: max(256MiB, 4 memtables); -1: off)")
+	fs.IntVar(&o.maxJobs, "max-jobs", 100_000, "most registered jobs; a new job beyond it answers 507, 1..10000000")
+	fs.Var(&o.queueBytes, "queue-bytes", "memory the ingest queue may hold in decoded batches, e.g. 256MiB; a full queue answers 429 (default 0: 256MiB)")
+}
+
+func (o *storageOptions) validate() error {
+	var errs []error
+	if o.retentionAge < 0 || (o.retentionAge > 0 && o.retentionAge < time.Minute) {
+		errs = append(errs, fmt.Errorf("-retention-age %s: want 0 (keep forever) or at least 1m", o.retentionAge))
+	}
+	if o.retentionSize < 0 {
+		errs = append(errs, fmt.Errorf("-retention-size %d: must be >= 0", o.retentionSize))
+	}
+	if o.compactInterval < time.Second {
+		errs = append(errs, fmt.Errorf("-compact-interval %s: must be at least 1s", o.compactInterval))
+	}
+	if o.minFree < -1 {
+		errs = append(errs, fmt.Errorf("-min-free %d: want -1 (off), 0 (default) or a size", o.minFree))
+	}
+	if o.queueBytes < 0 || (o.queueBytes > 0 && o.queueBytes < 1<<20) {
+		errs = append(errs, fmt.Errorf("-queue-bytes %d: want 0 (default) or at least 1MiB", o.queueBytes))
+	}
+	return errors.Join(append(errs, checkRange("max-jobs", o.maxJobs, 1, 10_000_000))...)
+}
+
+// securityOptions are serve's access and connection flags
+// (docs/security.md). The zero value is the loopback default: no tokens,
+// server defaults for the limits.
+type securityOptions struct {
+	tokens         string
+	insecure       bool
+	metricsAuth    string
+	healthzAuth    string
+	allowedHosts   string
+	tlsCert        string
+	tlsKey         string
+	readHeader     time.Duration
+	bodyTimeout    time.Duration
+	writeTimeout   time.Duration
+	idleTimeout    time.Duration
+	minRate        int64
+	maxConns       int
+	maxHeaderBytes int
+}
+
+func (o *securityOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.tokens, "tokens", "", "`FILE` of bearer tokens, one \"TOKEN SCOPES [NAME]\" per line, scopes read, admin, ingest[:JOB|:PREFIX*] (docs/security.md; laggard token makes lines); reloaded on SIGHUP and when it changes. Without it the server is open and may listen only on loopback")
+	fs.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without -tokens: anyone who reaches the port can read, overwrite and delete every job")
+	fs.StringVar(&o.metricsAuth, "metrics-auth", "read", "what /metrics needs when -tokens is set: read or none")
+	fs.StringVar(&o.healthzAuth, "healthz-auth", "none", "what /healthz needs when -tokens is set: none or read")
+	fs.StringVar(&o.allowedHosts, "allowed-hosts", "", "comma-separated Host header `NAMES` served, * for any (default: any with -tokens; else localhost, IP addresses and this machine's name)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate chain `FILE` (with -tls-key)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key `FILE` of -tls-cert")
+	fs.DurationVar(&o.readHeader, "read-header-timeout", 10*time.Second, "time to read a request's headers")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "time to read a request body, plus 1s per -min-rate bytes")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", 2*time.Minute, "time to compute and write a response, plus 1s per -min-rate bytes")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
+	fs.Int64Var(&o.minRate, "min-rate", 64<<10, "slowest upload or download in bytes/s that keeps extending -body-timeout and -write-timeout")
+	fs.IntVar(&o.maxConns, "max-conns", 4096, "most open connections (each training rank keeps one); more wait to be accepted")
+	fs.IntVar(&o.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block in bytes")
+}
+
+// validate checks the flags register defines.
+func (o *securityOptions) validate() error {
+	var errs []error
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		errs = append(errs, errors.New("-tls-cert and -tls-key go together"))
+	}
+	if o.metricsAuth != "read" && o.metricsAuth != "none" {
+		errs = append(errs, fmt.Errorf("-metrics-auth must be read or none, got %q", o.metricsAuth))
+	}
+	if o.healthzAuth != "read" && o.healthzAuth != "none" {
+		errs = append(errs, fmt.Errorf("-healthz-auth must be none or read, got %q", o.healthzAuth))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"read-header-timeout", o.readHeader}, {"body-timeout", o.bodyTimeout}, {"write-timeout", o.writeTimeout}, {"idle-timeout", o.idleTimeout}} {
+		errs = append(errs, checkRange(d.name, d.v, time.Second, 24*time.Hour))
+	}
+	return errors.Join(append(errs,
+		checkRange("min-rate", o.minRate, 1, 1<<40),
+		checkRange("max-conns", o.maxConns, 1, 1<<20),
+		checkRange("max-header-bytes", o.maxHeaderBytes, 4<<10, 64<<20),
+	)...)
+}
+
+// hosts splits -allowed-hosts.
+func (o *securityOptions) hosts() []string {
+	var out []string
+	for _, h := range strings.Split(o.allowedHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// exposedError explains the refusal to serve a non-loopback address
+// without tokens.
+func exposedError(addr net.Addr) error {
+	return fmt.Errorf("refusing to listen on %s without authentication: anyone who can reach it could read, overwrite and delete every job.\n"+
+		"  Give -tokens FILE (see docs/security.md; laggard token makes one), listen on loopback (-addr 127.0.0.1:7070),\n"+
+		"  or pass -insecure to serve it open anyway (a trusted network only)", addr)
+}
+
+// tokenPoll is how often the token file is checked for changes.
+var tokenPoll = 2 * time.Second
 
 func (o *serveOptions) register(fs *flag.FlagSet, defaultData string) {
 	fs.StringVar(&o.addr, "addr", defaultAddr, "listen address for the API, metrics and web UI (127.0.0.1:0 picks a free port)")
@@ -48,6 +180,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("serve", "[flags] [DATA_DIR]  (default data directory: ./laggard-data)", stderr)
 	var o serveOptions
 	o.register(fs, "laggard-data")
+	o.sec.register(fs)
+	o.life.register(fs)
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	if err := parseFlags(fs, args); err != nil {
@@ -67,7 +201,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.dataDir == "" {
 		return errors.New("the data directory must not be empty")
 	}
-	if err := o.validate(); err != nil {
+	if err := errors.Join(o.validate(), o.sec.validate(), o.life.validate()); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *level, *logJSON)
@@ -77,6 +211,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ln, err := listen(o.addr)
 	if err != nil {
 		return err
+	}
+	if o.sec.tokens == "" && !o.sec.insecure && !server.IsLoopback(ln.Addr()) {
+		ln.Close()
+		return exposedError(ln.Addr())
 	}
 	data := absPath(o.dataDir)
 	return serve(ctx, o, ln, log, func(url string) {
@@ -106,26 +244,87 @@ func listenError(addr string, err error) error {
 // that the address it reports is the one served, with no window for
 // another process to take it.
 func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logger, ready func(url string)) error {
-	st, err := store.Open(o.dataDir, store.Options{Logger: log})
+	access, httpOpts, tokens, err := o.sec.load(log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	st, err := store.Open(o.dataDir, store.Options{Logger: log, MinFreeBytes: int64(o.life.minFree), MaxJobs: o.life.maxJobs})
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("opening store %s: %w", o.dataDir, err)
 	}
 	srv, err := server.New(server.Config{
 		Addr: ln.Addr().String(), DataDir: absPath(o.dataDir), QueueDepth: o.queueDepth, MaxBodyBytes: o.maxBody,
-		Logger: log, UI: ui.Handler(),
+		QueueBytes: int64(o.life.queueBytes), Logger: log, UI: ui.Handler(), Access: access, HTTP: httpOpts,
+		Lifecycle: server.LifecycleConfig{RetentionAge: o.life.retentionAge, RetentionSize: int64(o.life.retentionSize),
+			Interval: o.life.compactInterval},
 	}, st)
+	if err == nil && tokens != nil {
+		err = tokens.Register(srv.Registry())
+	}
 	if err != nil {
 		ln.Close()
 		st.Close()
 		return err
 	}
-	ready("http://" + ln.Addr().String())
+	if tokens != nil {
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go watchTokens(wctx, tokens)
+	}
+	scheme := "http://"
+	if httpOpts.TLS != nil {
+		scheme = "https://"
+	}
+	ready(scheme + ln.Addr().String())
 	serr := srv.Serve(ctx, ln)
 	if cerr := st.Close(); serr == nil {
 		serr = cerr
 	}
 	return serr
+}
+
+// load reads the token file and TLS key pair the flags name and returns
+// the server's configuration.
+func (o *securityOptions) load(log *slog.Logger) (server.Access, server.HTTPOptions, *auth.File, error) {
+	a := server.Access{Insecure: o.insecure, MetricsPublic: o.metricsAuth == "none", HealthzPrivate: o.healthzAuth == "read",
+		AllowedHosts: o.hosts()}
+	h := server.HTTPOptions{ReadHeaderTimeout: o.readHeader, BodyTimeout: o.bodyTimeout, WriteTimeout: o.writeTimeout,
+		IdleTimeout: o.idleTimeout, MinRate: o.minRate, MaxConns: o.maxConns, MaxHeaderBytes: o.maxHeaderBytes}
+	var tokens *auth.File
+	if o.tokens != "" {
+		var err error
+		if tokens, err = auth.Load(o.tokens, log); err != nil {
+			return a, h, nil, err
+		}
+		a.Tokens = tokens
+		log.Info("authentication on", "tokens", tokens.Current().Len(), "file", absPath(o.tokens))
+	}
+	if o.tlsCert != "" {
+		var err error
+		if h.TLS, err = server.LoadTLS(o.tlsCert, o.tlsKey); err != nil {
+			return a, h, nil, err
+		}
+	}
+	return a, h, tokens, nil
+}
+
+// watchTokens reloads the token file on SIGHUP and when it changes, until
+// ctx is done.
+func watchTokens(ctx context.Context, f *auth.File) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go f.Watch(ctx, tokenPoll)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = f.Reload() // a bad file is logged and the old tokens kept
+		}
+	}
 }
 
 func absPath(p string) string {

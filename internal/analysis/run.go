@@ -4,9 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
 	"github.com/laggard-dev/laggard/internal/signal"
@@ -59,12 +65,15 @@ func (l *Limits) setDefaults() {
 	defi(&l.MinReferenceSteps, 5)
 }
 
-// TooLargeError is a window whose dense matrix exceeds Limits.MaxCells.
+// TooLargeError is a window that stores more than Limits.MaxCells cells
+// (stored steps × ranks that sent data × effective stages): what a window
+// costs is what it holds, never its span of step numbers or the declared
+// world size (issue 6 D1, D2b, D12).
 type TooLargeError struct{ Steps, Cells, Limit int64 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("window of %d steps × %d cells per step exceeds the limit of %d cells; ask for fewer steps (last=N or from/to)",
-		e.Steps, e.Cells/max(e.Steps, 1), e.Limit)
+	return fmt.Sprintf("the window stores at least %d steps × %d cells per step (%d cells), over the limit of %d cells; ask for fewer steps (last=N or from/to)",
+		e.Steps, e.Cells/max(e.Steps, 1), e.Cells, e.Limit)
 }
 
 // ErrNoData: the job has no vectors in the requested window.
@@ -76,19 +85,54 @@ type Analyzer struct {
 	lim      Limits
 	detector stats.Detector
 	cache    histCache
+	log      *slog.Logger
+	panics   atomic.Int64
 }
 
 // New returns an Analyzer over src.
 func New(src Source, lim Limits) *Analyzer {
 	lim.setDefaults()
-	return &Analyzer{src: src, lim: lim, detector: stats.DefaultSegmenter(stagefrontier.DefaultConfig().LeaderGapMS)}
+	return &Analyzer{src: src, lim: lim, detector: stats.DefaultSegmenter(stagefrontier.DefaultConfig().LeaderGapMS), log: slog.Default()}
+}
+
+// SetLogger sets where a recovered panic is logged (default slog.Default).
+func (a *Analyzer) SetLogger(l *slog.Logger) {
+	if l != nil {
+		a.log = l
+	}
 }
 
 // Limits returns the effective limits.
 func (a *Analyzer) Limits() Limits { return a.lim }
 
-// Run computes the report req asks for.
-func (a *Analyzer) Run(ctx context.Context, req Request) (*Report, error) {
+// Panics counts panics Run recovered from.
+func (a *Analyzer) Panics() int64 { return a.panics.Load() }
+
+// Collector exports Panics as laggard_analysis_panics_total.
+func (a *Analyzer) Collector() prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "laggard", Subsystem: "analysis", Name: "panics_total",
+		Help: "Report computations that panicked and were answered with an error (a bug: the log has the stack)."},
+		func() float64 { return float64(a.panics.Load()) })
+}
+
+// ErrInternal wraps a panic recovered inside analysis.
+var ErrInternal = errors.New("internal error in analysis")
+
+// Run computes the report req asks for. A panic while analyzing stored
+// data is a bug, but it must not take the server down: it becomes an
+// ErrInternal error, logged with its stack and counted (Collector).
+func (a *Analyzer) Run(ctx context.Context, req Request) (rep *Report, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.panics.Add(1)
+			a.log.Error("analysis panicked", "job", signal.Clip(req.Job), "request", req.Values().Encode(), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			rep, err = nil, fmt.Errorf("job %q: %w: %v", signal.Clip(req.Job), ErrInternal, p)
+		}
+	}()
+	return a.run(ctx, req)
+}
+
+func (a *Analyzer) run(ctx context.Context, req Request) (*Report, error) {
 	r, err := a.resolve(ctx, req)
 	if err != nil {
 		return nil, err
@@ -108,7 +152,7 @@ func (a *Analyzer) Run(ctx context.Context, req Request) (*Report, error) {
 		rep.Notes = append(rep.Notes, note)
 	}
 	for _, c := range rep.timelineChanges() {
-		if c.Step > win.From+changeSlack && c.Step <= win.To && win.Basis != BasisSinceChange {
+		if c.Step > addSat(win.From, changeSlack) && c.Step <= win.To && win.Basis != BasisSinceChange {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the window contains a change point at step %d (%s, %.1f → %.1f ms/step): it mixes two regimes", c.Step, c.Kind, c.BeforeMS, c.AfterMS))
 		}
 	}
@@ -125,6 +169,7 @@ func (a *Analyzer) Run(ctx context.Context, req Request) (*Report, error) {
 	if n := bad.note(); n != "" {
 		rep.Notes = append(rep.Notes, n)
 	}
+	rep.Notes = append(rep.Notes, bad.silent...)
 	if len(rep.Groups) == 0 {
 		return nil, fmt.Errorf("job %q steps %d–%s: %w", job.ID, win.From, stepText(win.To), ErrNoData)
 	}
@@ -216,13 +261,10 @@ func (a *Analyzer) history(ctx context.Context, job *signal.Job, gs []group, st 
 // last=N as asked, else the default — the steps since the latest change
 // point (after warm-up), at most ReportSteps of them.
 func (a *Analyzer) resolveWindow(job *signal.Job, gs []group, st store.JobStats, h *history, req Request) (Window, error) {
+	// Explicit and last=N windows are not checked here: their cost is what
+	// they store, which assembling them counts (Limits.MaxCells), not the
+	// arithmetic span of their step numbers (D1, D12).
 	per := cellsPerStep(gs)
-	check := func(w Window, steps int64) (Window, error) {
-		if steps > a.lim.MaxCells/per {
-			return w, &TooLargeError{Steps: steps, Cells: steps * per, Limit: a.lim.MaxCells}
-		}
-		return w, nil
-	}
 	switch {
 	case req.From != nil || req.To != nil:
 		w := Window{From: st.FirstStep, To: st.LastStep, Basis: BasisExplicit}
@@ -239,7 +281,7 @@ func (a *Analyzer) resolveWindow(job *signal.Job, gs []group, st store.JobStats,
 			return w, fmt.Errorf("job %q stores steps %d–%d: %w", job.ID, st.FirstStep, st.LastStep, ErrNoData)
 		}
 		w.Reason = fmt.Sprintf("steps %d–%d as requested", w.From, w.To)
-		return check(w, w.To-w.From+1)
+		return w, nil
 	case req.Last > 0:
 		from, to, ok, err := a.src.LastSteps(job.ID, req.Last)
 		if err != nil {
@@ -248,8 +290,7 @@ func (a *Analyzer) resolveWindow(job *signal.Job, gs []group, st store.JobStats,
 		if !ok {
 			return Window{}, fmt.Errorf("job %q: %w", job.ID, ErrNoData)
 		}
-		w := Window{From: from, To: to, Basis: BasisLast, Reason: fmt.Sprintf("the last %d stored steps", req.Last)}
-		return check(w, int64(min(req.Last, int(to-from+1))))
+		return Window{From: from, To: to, Basis: BasisLast, Reason: fmt.Sprintf("the last %d stored steps", req.Last)}, nil
 	}
 	if h == nil || len(h.steps) == 0 {
 		return Window{}, fmt.Errorf("job %q: %w", job.ID, ErrNoData)
@@ -315,7 +356,7 @@ func (a *Analyzer) resolveReference(ctx context.Context, job *signal.Job, gs []g
 	// it happened).
 	ci := -1
 	for i, c := range h.cps {
-		if h.steps[c.Index] <= win.From+changeSlack {
+		if h.steps[c.Index] <= addSat(win.From, changeSlack) {
 			ci = i
 		}
 	}
@@ -368,6 +409,8 @@ func (a *Analyzer) runGroup(ctx context.Context, job *signal.Job, g group, win W
 			}
 		}
 		if rw, err := a.window(ctx, refJob, key, ref.from, ref.to, &skipped{}); err == nil && rw != nil {
+			// A reference that cannot be assembled (too large, no data) only
+			// means no comparison; the report says so through its absence.
 			if base, err := stagefrontier.Analyze(rw, cfg); err == nil {
 				gr.Comparison = stagefrontier.Compare(rep, base, refBasis)
 				gr.Comparison.Reference.Group = key
@@ -378,12 +421,15 @@ func (a *Analyzer) runGroup(ctx context.Context, job *signal.Job, g group, win W
 	return gr, nil
 }
 
-// skipped counts stored vectors the job's registration no longer accepts
-// (say, written before a schema change): they are left out and reported,
-// never allowed to fail the report.
+// skipped counts stored vectors the job's registration or the value
+// bounds no longer accept (written before a schema change, or by an older
+// version that took 1e308 or step 2^62): they are left out and reported,
+// never allowed to fail the report. silent notes the role groups whose
+// window leaves out ranks that sent nothing.
 type skipped struct {
-	n     int
-	first string
+	n      int
+	first  string
+	silent []string
 }
 
 func (s *skipped) add(v *stagevec.Vector, err error) {
@@ -397,14 +443,19 @@ func (s *skipped) note() string {
 	if s.n == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d stored vectors do not fit the job's registration and were left out (first: %s)", s.n, s.first)
+	return fmt.Sprintf("%d stored vectors do not fit the job's registration or the value bounds and were left out (first: %s)", s.n, s.first)
 }
 
-// adder feeds v to the assemblers, skipping a vector they reject.
+// adder feeds v to the assemblers, skipping a vector they reject; a
+// window over its cell limit stops the scan.
 func (s *skipped) adder(asms ...*stagefrontier.Assembler) func(v *stagevec.Vector) error {
 	return func(v *stagevec.Vector) error {
 		for _, as := range asms {
 			if err := as.Add(v); err != nil {
+				var tl *stagefrontier.TooLargeError
+				if errors.As(err, &tl) {
+					return err
+				}
 				s.add(v, err)
 				return nil
 			}
@@ -413,21 +464,57 @@ func (s *skipped) adder(asms ...*stagefrontier.Assembler) func(v *stagevec.Vecto
 	}
 }
 
+// tooLarge turns the assembler's limit error into the API's.
+func tooLarge(err error) error {
+	var tl *stagefrontier.TooLargeError
+	if errors.As(err, &tl) {
+		return &TooLargeError{Steps: int64(tl.Steps), Cells: tl.Cells(), Limit: tl.Limit}
+	}
+	return err
+}
+
 // window assembles one group's steps [from, to]; nil when it has none.
 func (a *Analyzer) window(ctx context.Context, job *signal.Job, key string, from, to int64, bad *skipped) (*stagevec.Window, error) {
-	asm := stagefrontier.NewAssembler(job, stagefrontier.AssembleOptions{FromStep: from, ToStep: to, Group: key})
+	if to < from {
+		return nil, nil
+	}
+	asm := stagefrontier.NewAssembler(job, stagefrontier.AssembleOptions{FromStep: from, ToStep: to, Group: key, MaxCells: a.lim.MaxCells})
 	if err := a.scan(ctx, job.ID, from, to, bad.adder(asm)); err != nil {
-		return nil, err
+		return nil, tooLarge(err)
 	}
 	w, err := asm.Finish()
 	if err != nil {
 		var fe *signal.FieldError
-		if errors.As(err, &fe) {
-			return nil, err
+		var tl *stagefrontier.TooLargeError
+		if errors.As(err, &fe) || errors.As(err, &tl) {
+			return nil, tooLarge(err)
 		}
 		return nil, nil // no vectors of this group in the window
 	}
+	if n := asm.LeftOut(); n > 0 {
+		_, R, _ := w.Dims()
+		bad.silent = append(bad.silent, fmt.Sprintf("role group %s: %d of its ranks sent nothing in the window; the per-rank listing carries %d ranks (%d of the silent ones) and leaves out the other %d (see the missing_ranks finding)",
+			key, n+R-countSeen(w), R, R-countSeen(w), n))
+	}
 	return w, nil
+}
+
+// countSeen counts the window's ranks that reported at least one cell.
+func countSeen(w *stagevec.Window) int {
+	T, R, _ := w.Dims()
+	if w.Present == nil {
+		return R
+	}
+	n := 0
+	for r := 0; r < R; r++ {
+		for t := 0; t < T; t++ {
+			if w.Present[t*R+r] {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // scan reads [from − lookback, to] so prefetched data waits recorded
@@ -435,7 +522,7 @@ func (a *Analyzer) window(ctx context.Context, job *signal.Job, key string, from
 // (App. A); it checks ctx every few thousand vectors.
 func (a *Analyzer) scan(ctx context.Context, job string, from, to int64, fn func(*stagevec.Vector) error) error {
 	n := 0
-	return a.src.Scan(job, max(0, from-int64(a.lim.PrefetchLookback)), to, func(v *stagevec.Vector) error {
+	return a.src.Scan(job, max(0, addSat(from, -int64(a.lim.PrefetchLookback))), to, func(v *stagevec.Vector) error {
 		if n++; n&4095 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -443,6 +530,20 @@ func (a *Analyzer) scan(ctx context.Context, job string, from, to int64, fn func
 		}
 		return fn(v)
 	})
+}
+
+// addSat is a+b clamped to the int64 range: window arithmetic on stored
+// step numbers (which older versions took up to 2^63−1) must never wrap
+// and let a window through or shift it (D12).
+func addSat(a, b int64) int64 {
+	s := a + b
+	switch {
+	case b > 0 && s < a:
+		return math.MaxInt64
+	case b < 0 && s > a:
+		return math.MinInt64
+	}
+	return s
 }
 
 // jobHeadline is the job's headline: the group's with one role group; with

@@ -99,7 +99,9 @@ func vecLess(a, b *stagevec.Vector) bool {
 	return a.Micro < b.Micro
 }
 
-func sameKey(a, b *stagevec.Vector) bool { return a.Step == b.Step && a.Rank == b.Rank && a.Micro == b.Micro }
+func sameKey(a, b *stagevec.Vector) bool {
+	return a.Step == b.Step && a.Rank == b.Rank && a.Micro == b.Micro
+}
 
 func (m *MemSource) check(id string) error {
 	if m.job == nil || id != m.job.ID {

@@ -20,11 +20,25 @@ type group struct {
 	cells int64
 }
 
-// groupsOf partitions the job's ranks into role groups, largest first.
+// groupsOf partitions the job's ranks into role groups, largest first. It
+// counts from the joined ranks (ranks that never joined share one group),
+// so a job declaring 2^20 ranks costs its joined ranks, not 2^20 (D2b).
 func groupsOf(job *signal.Job) []group {
 	count := map[string]int{}
-	for _, g := range job.Grouping() {
-		count[g]++
+	// next is the lowest rank that never joined (job.Ranks is rank-ordered).
+	joined, next := 0, 0
+	for _, rk := range job.Ranks {
+		if rk.Rank < 0 || rk.Rank >= job.WorldSize {
+			continue
+		}
+		count[rk.Role.Group()]++
+		joined++
+		if rk.Rank == next {
+			next++
+		}
+	}
+	if n := job.WorldSize - joined; n > 0 {
+		count[job.GroupOf(next)] += n
 	}
 	out := make([]group, 0, len(count))
 	k := int64(max(job.Accumulation, 1))

@@ -61,6 +61,8 @@ type Deps struct {
 	RetryAfter time.Duration
 	// OnReport, if set, sees every report computed for a request.
 	OnReport func(*analysis.Report)
+	// OnDelete, if set, is told of every job deleted through the API.
+	OnDelete func(job string)
 }
 
 // API serves the /api/v1 routes.
@@ -84,6 +86,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/jobs/{id}/vectors", a.ingestVectors)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/report", a.report)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/export", a.export)
+	mux.HandleFunc("DELETE /api/v1/jobs/{id}", a.deleteJob) // admin scope (server/auth.go)
 	mux.HandleFunc("GET /api/v1/vocabulary", a.vocabulary)
 	// Unknown API paths get a JSON 404 rather than falling through to the UI.
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
@@ -115,6 +118,9 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, status int, err error
 	case errors.As(err, &ce):
 		body.Field = ce.Field
 	}
+	if errors.Is(err, store.ErrDiskFull) && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", retryAfterDiskFull) // D7: 507, retry once space is freed
+	}
 	if status >= 500 {
 		a.d.Log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	} else {
@@ -137,6 +143,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, analysis.ErrNoData):
 		return http.StatusNotFound
+	case errors.Is(err, store.ErrDiskFull), errors.Is(err, store.ErrTooManyJobs):
+		return http.StatusInsufficientStorage
 	case errors.Is(err, ingest.ErrFull):
 		return http.StatusTooManyRequests
 	case errors.Is(err, ingest.ErrClosed):

@@ -29,9 +29,14 @@ func (a *API) export(w http.ResponseWriter, r *http.Request) {
 	if req.To != nil {
 		to = *req.To
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", job.ID+".jsonl"))
-	jw, err := stagefile.NewWriter(w, job)
+	// The headers go out with the first flushed bytes (the writer buffers
+	// 64 KiB), so a failure before then is still a logged JSON 500, not
+	// an empty 200 (D5).
+	cw := &sentWriter{w: w, header: func() {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", job.ID+".jsonl"))
+	}}
+	jw, err := stagefile.NewWriter(cw, job)
 	if err == nil && st.Vectors > 0 && from <= to {
 		err = a.d.Reader.Scan(job.ID, from, to, jw.Write)
 	}
@@ -39,9 +44,30 @@ func (a *API) export(w http.ResponseWriter, r *http.Request) {
 		err = jw.Flush()
 	}
 	if err != nil {
-		if r.Context().Err() == nil {
-			a.d.Log.Warn("export aborted", "job", job.ID, "err", err)
+		if r.Context().Err() != nil {
+			panic(http.ErrAbortHandler) // the client left
 		}
+		if !cw.sent {
+			a.fail(w, r, statusOf(err), fmt.Errorf("export of job %q failed: %w", job.ID, err))
+			return
+		}
+		a.d.Log.Warn("export aborted", "job", job.ID, "err", err)
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// sentWriter records whether anything was written, setting the export's
+// headers just before the first byte.
+type sentWriter struct {
+	w      http.ResponseWriter
+	header func()
+	sent   bool
+}
+
+func (s *sentWriter) Write(p []byte) (int, error) {
+	if !s.sent {
+		s.header()
+		s.sent = true
+	}
+	return s.w.Write(p)
 }

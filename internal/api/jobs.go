@@ -3,9 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/store"
@@ -54,23 +52,23 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	after := r.URL.Query().Get("after")
-	jobs, err := a.d.Catalog.List()
+	if len(after) > signal.MaxJobIDBytes {
+		a.fail(w, r, http.StatusBadRequest, signal.FieldErrorf("after", "is %d bytes; a job id is at most %d", len(after), signal.MaxJobIDBytes))
+		return
+	}
+	// Only the page is decoded, so a listing costs its page whatever the
+	// job count (D9).
+	jobs, next, err := a.d.Catalog.Page(after, limit)
 	if err != nil {
 		a.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	slices.SortFunc(jobs, func(x, y *signal.Job) int { return strings.Compare(x.ID, y.ID) })
-	out := make([]JobView, 0, min(len(jobs), limit))
-	next := ""
+	out := make([]JobView, 0, len(jobs))
 	for _, j := range jobs {
-		if after != "" && j.ID <= after {
-			continue
-		}
-		if len(out) == limit {
-			next = out[len(out)-1].ID
-			break
-		}
 		v, err := a.view(j)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted since the page was read
+		}
 		if err != nil {
 			a.fail(w, r, http.StatusInternalServerError, err)
 			return
@@ -103,6 +101,9 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 // comes from another run (run_id).
 func (a *API) putJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if !a.requireJSON(w, r) {
+		return
+	}
 	nj, err := laggardv1.DecodeJob(r.Body, id, a.d.MaxBodyBytes)
 	if err != nil {
 		a.fail(w, r, statusOf(err), err)

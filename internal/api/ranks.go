@@ -15,6 +15,9 @@ func (a *API) joinRank(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !a.requireJSON(w, r) {
+		return
+	}
 	rk, err := laggardv1.DecodeRank(r.Body, job, a.d.MaxBodyBytes)
 	if err != nil {
 		a.fail(w, r, statusOf(err), err)

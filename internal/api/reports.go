@@ -1,7 +1,11 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/laggard-dev/laggard/internal/analysis"
@@ -23,11 +27,22 @@ func (a *API) report(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, statusOf(err), err)
 		return
 	}
+	// Encode before the status line: a report that cannot be encoded (a
+	// non-finite number is a bug) must be a logged 500 with an error
+	// body, never a 200 with an empty or cut body (D5).
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(rep); err != nil {
+		a.fail(w, r, http.StatusInternalServerError, fmt.Errorf("job %q: cannot encode the report: %w", signal.Clip(req.Job), err))
+		return
+	}
 	a.d.Metrics.reportSeconds.Observe(time.Since(start).Seconds())
 	if a.d.OnReport != nil {
 		a.d.OnReport(rep)
 	}
-	writeJSON(w, http.StatusOK, rep)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = buf.WriteTo(w) // a failed write means the client left
 }
 
 // request resolves the job and parses the report/export parameters, or

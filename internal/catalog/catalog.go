@@ -8,6 +8,7 @@
 package catalog
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -38,6 +39,21 @@ type Catalog struct {
 	wmu sync.Mutex
 	mu  sync.RWMutex
 	m   map[string]*signal.Job
+	// deletes counts Delete calls, so a Get that read the store before a
+	// delete does not cache the deleted job afterwards.
+	deletes uint64
+}
+
+// Deleter is the optional Store method behind Delete; *store.Store
+// implements it.
+type Deleter interface {
+	DeleteJob(id string) error
+}
+
+// Pager is the optional Store method behind Page; *store.Store implements
+// it, decoding only the page.
+type Pager interface {
+	JobsPage(after string, limit int) ([]*signal.Job, string, error)
 }
 
 // New returns a catalog over st.
@@ -53,6 +69,9 @@ func (c *Catalog) Get(id string) (*signal.Job, error) {
 	if j != nil {
 		return j, nil
 	}
+	c.mu.RLock()
+	gen := c.deletes
+	c.mu.RUnlock()
 	j, err := c.st.Job(id)
 	if err != nil {
 		return nil, err
@@ -60,7 +79,7 @@ func (c *Catalog) Get(id string) (*signal.Job, error) {
 	c.mu.Lock()
 	if cur := c.m[id]; cur != nil { // a concurrent update won
 		j = cur
-	} else {
+	} else if c.deletes == gen {
 		c.m[id] = j
 	}
 	c.mu.Unlock()
@@ -69,6 +88,55 @@ func (c *Catalog) Get(id string) (*signal.Job, error) {
 
 // List returns every job the store holds.
 func (c *Catalog) List() ([]*signal.Job, error) { return c.st.Jobs() }
+
+// Page returns up to limit jobs with ids after the cursor after, in id
+// order, and the cursor of the next page ("" on the last).
+func (c *Catalog) Page(after string, limit int) ([]*signal.Job, string, error) {
+	limit = max(limit, 1)
+	if p, ok := c.st.(Pager); ok {
+		return p.JobsPage(after, limit)
+	}
+	all, err := c.st.Jobs()
+	if err != nil {
+		return nil, "", err
+	}
+	slices.SortFunc(all, func(a, b *signal.Job) int { return strings.Compare(a.ID, b.ID) })
+	i, _ := slices.BinarySearchFunc(all, after, func(j *signal.Job, id string) int {
+		if j.ID <= id {
+			return -1
+		}
+		return 1
+	})
+	all = all[i:]
+	next := ""
+	if len(all) > limit {
+		next, all = all[limit-1].ID, all[:limit]
+	}
+	return all, next, nil
+}
+
+// ErrNoDelete: the store cannot delete jobs.
+var ErrNoDelete = errors.New("catalog: this store cannot delete jobs")
+
+// Delete removes job id — registration and stored vectors — from the
+// store and the cache. Unknown ids return the store's not-found error.
+func (c *Catalog) Delete(id string) error {
+	d, ok := c.st.(Deleter)
+	if !ok {
+		if _, err := c.Get(id); err != nil {
+			return err // unknown: not-found, as with a store that deletes
+		}
+		return ErrNoDelete
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	err := d.DeleteJob(id)
+	c.mu.Lock()
+	c.deletes++
+	delete(c.m, id)
+	c.mu.Unlock()
+	return err
+}
 
 // put stores j and caches it; callers hold wmu and never modify j later.
 func (c *Catalog) put(j *signal.Job) error {

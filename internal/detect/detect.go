@@ -71,10 +71,10 @@ type Reporter interface {
 // Summary is a job's latest background diagnosis, as the job list shows
 // it.
 type Summary struct {
-	EvaluatedAt time.Time              `json:"evaluated_at"`
-	LastStep    int64                  `json:"last_step"`
-	Active      bool                   `json:"active"`
-	Window      analysis.Window        `json:"window"`
+	EvaluatedAt time.Time         `json:"evaluated_at"`
+	LastStep    int64             `json:"last_step"`
+	Active      bool              `json:"active"`
+	Window      analysis.Window   `json:"window"`
 	Headline    analysis.Headline `json:"headline"`
 	// ExposedMS is the median exposed step time over the window.
 	ExposedMS  float64               `json:"exposed_ms"`
@@ -129,6 +129,18 @@ func (d *Detector) Latest(job string) (any, bool) {
 	}
 	c := *s
 	return &c, true
+}
+
+// Forget drops a deleted job's state, diagnosis and series now, rather
+// than at the next round (which would also drop them, the job being gone).
+func (d *Detector) Forget(job string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s := d.state[job]; s != nil && s.exported {
+		d.m.drop(job)
+	}
+	delete(d.state, job)
+	delete(d.latest, job)
 }
 
 // Run evaluates a round at once and then every Interval until ctx is done.
@@ -376,4 +388,3 @@ func (m *metrics) publish(job string, rep *analysis.Report, sum *Summary, s *job
 	m.lastStep.WithLabelValues(job).Set(float64(s.lastStep))
 	m.evaluatedAt.WithLabelValues(job).Set(float64(sum.EvaluatedAt.UnixNano()) / 1e9)
 }
-

@@ -45,7 +45,7 @@ func (g *growing) mem() *analysis.MemSource {
 	return m
 }
 
-func (g *growing) List() ([]*signal.Job, error)            { return []*signal.Job{g.job}, nil }
+func (g *growing) List() ([]*signal.Job, error)               { return []*signal.Job{g.job}, nil }
 func (g *growing) Stats(id string) (analysis.JobStats, error) { return g.mem().Stats(id) }
 func (g *growing) Run(ctx context.Context, req analysis.Request) (*analysis.Report, error) {
 	return analysis.New(g.mem(), analysis.Limits{}).Run(ctx, req)

@@ -2,13 +2,24 @@
 // signal kind's handler submits to. Handlers validate a request completely
 // (nothing is stored on any error), submit it, and answer only once the
 // single writer has committed it durably — so a 200 always means stored.
-// The queue is bounded in requests and in bytes; when either bound is
-// reached it sheds load with ErrFull (the HTTP layer answers 429 +
-// Retry-After) instead of letting latency and memory grow without bound.
+//
+// The queue is bounded by what requests really cost: a request's cost is
+// its decoded in-memory size (Cost), not its body bytes, so a compact
+// protobuf body that decodes into many vectors counts as what it holds.
+// It is also fair between jobs: each job has its own FIFO sub-queue, the
+// writer serves the jobs round-robin and takes at most a fair share of one
+// group commit from each, and a job that already has requests waiting may
+// hold at most JobShare of the byte budget. Part of the budget is kept for
+// small requests of jobs with nothing waiting, so one flooding job (or
+// many) cannot make another job's small post wait behind its backlog: that
+// post is admitted and committed in the next commit. When a bound is
+// reached the queue sheds with ErrFull or ErrJobShare (the HTTP layer
+// answers 429 + Retry-After) instead of letting latency and memory grow.
 package ingest
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -19,20 +30,48 @@ import (
 var (
 	// ErrFull: the queue is at its request or byte bound; retry later.
 	ErrFull = errors.New("ingest queue is full")
+	// ErrJobShare: this job already holds its share of the queue while
+	// other jobs are served; retry later. errors.Is(ErrJobShare, ErrFull).
+	ErrJobShare = fmt.Errorf("%w: this job already holds its share of the queue (other jobs are served first)", ErrFull)
 	// ErrClosed: the queue no longer accepts requests (shutdown).
 	ErrClosed = errors.New("server is shutting down")
+)
+
+// Shed reasons, the reason label of laggard_ingest_shed_total.
+const (
+	ReasonQueueFull = "queue_full"
+	ReasonJobShare  = "job_share"
 )
 
 // Config bounds a Queue. Zero fields take the defaults in parentheses.
 type Config struct {
 	// MaxRequests is the queue capacity in requests (1024).
 	MaxRequests int
-	// MaxBytes bounds the request bytes waiting in the queue (256 MiB).
+	// MaxBytes bounds the cost (decoded in-memory bytes) of the requests
+	// waiting in the queue (256 MiB).
 	MaxBytes int64
-	// MaxCommitRequests and MaxCommitItems bound one group commit (256
-	// requests, 1<<18 items).
+	// JobShare is the fraction of MaxBytes and MaxRequests one job may
+	// hold once it has requests waiting (0.5). A job's first waiting
+	// request is admitted whenever the queue has room.
+	JobShare float64
+	// Reserve is the fraction of MaxBytes and MaxRequests only small
+	// requests (cost ≤ Reserve·MaxBytes/16) of jobs with nothing waiting
+	// may use (0.125): the room that lets an idle job's post in while
+	// others flood.
+	Reserve float64
+	// MaxCommitRequests, MaxCommitItems and MaxCommitBytes bound one group
+	// commit (256 requests, 1<<18 items, 4 MiB of cost), which bounds a
+	// commit's latency and so the wait of a request admitted behind it:
+	// about two commits. 4 MiB is ~20k vectors, tens of milliseconds of
+	// encoding and applying, against an fsync of about a millisecond, so
+	// the fsync is still well amortized. A single request larger than
+	// that is committed alone.
 	MaxCommitRequests int
 	MaxCommitItems    int
+	MaxCommitBytes    int64
+	// Writers is the number of concurrent group commits (2); one job's
+	// requests are never in two at once, so each job's order holds.
+	Writers int
 }
 
 func (c *Config) setDefaults() {
@@ -42,11 +81,23 @@ func (c *Config) setDefaults() {
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = 256 << 20
 	}
+	if c.JobShare <= 0 || c.JobShare > 1 {
+		c.JobShare = 0.5
+	}
+	if c.Reserve <= 0 || c.Reserve >= 1 {
+		c.Reserve = 0.125
+	}
 	if c.MaxCommitRequests <= 0 {
 		c.MaxCommitRequests = 256
 	}
 	if c.MaxCommitItems <= 0 {
 		c.MaxCommitItems = 1 << 18
+	}
+	if c.Writers <= 0 {
+		c.Writers = 2
+	}
+	if c.MaxCommitBytes <= 0 {
+		c.MaxCommitBytes = 4 << 20
 	}
 }
 
@@ -54,7 +105,8 @@ func (c *Config) setDefaults() {
 type Request[T any] struct {
 	Job     string
 	Payload T
-	// Items and Bytes are its size: what one commit and the queue bound.
+	// Items and Bytes are its size: Bytes is its cost (see Queue.Submit),
+	// what the queue and one commit are bounded by.
 	Items int
 	Bytes int64
 	done  chan error // buffered: the writer never blocks on a gone client
@@ -63,21 +115,50 @@ type Request[T any] struct {
 // Commit stores several requests' payloads atomically and durably.
 type Commit[T any] func(reqs []*Request[T]) error
 
-// Queue is a bounded ingest queue drained by one writer. One writer keeps
-// commits ordered and lets it fold every waiting request into one
-// commit: under load the commit grows and the fsync cost per request
-// falls, which is what lets durable ingest keep up (group commit).
+// jobQueue is one job's waiting requests, oldest first.
+type jobQueue[T any] struct {
+	reqs  []*Request[T]
+	bytes int64
+	busy  bool // a writer is committing this job's requests
+}
+
+// Queue is a bounded, per-job fair ingest queue drained by a few writers.
+//
+// Group commit is what makes durable ingest fast: a writer folds every
+// job's waiting requests into one commit, so under load commits grow and
+// the fsync cost per request falls. What a FIFO queue with one writer
+// must not do is serve jobs first-come-first-served — that is how one
+// job's backlog delayed another job's post for 95 s (D2). Here each job
+// has its own sub-queue, served round-robin with a fair share of each
+// commit, and commits are bounded in bytes, so a job's post waits for at
+// most the commit in flight and its own.
+//
+// Why two writers (Config.Writers) rather than one: a commit cannot be
+// smaller than its largest request (a request is stored atomically), and
+// a flooding job's 16k-vector batch takes ~60 ms to encode and apply on a
+// loaded machine, so with one writer a small post waited ~2 such commits
+// (p50 120 ms measured in TestD2_FairShareHTTP). With a second writer a
+// job's post is taken as soon as it arrives while the other writer is
+// busy with the flood; the two commits overlap everywhere but the store's
+// short serialized apply, and still share WAL fsyncs. More writers would
+// only contend on that apply. A job is committed by one writer at a time
+// (jobQueue.busy), which keeps each job's requests in order.
 type Queue[T any] struct {
 	cfg    Config
 	commit Commit[T]
 	log    *slog.Logger
 	m      *Metrics
 
-	mu     sync.Mutex // guards closed and bytes against a closing channel
+	mu     sync.Mutex
 	closed bool
-	bytes  int64
-	ch     chan *Request[T]
-	done   chan struct{}
+	bytes  int64 // cost of all waiting requests
+	reqs   int   // waiting requests
+	jobs   map[string]*jobQueue[T]
+	ring   []string // jobs with waiting requests, in service order
+
+	wake    chan struct{} // buffered(1): work arrived, a job became free, or the queue closed
+	done    chan struct{}
+	writers sync.WaitGroup
 }
 
 // New starts a queue whose writer calls commit. m may be nil.
@@ -86,50 +167,128 @@ func New[T any](cfg Config, commit Commit[T], log *slog.Logger, m *Metrics) *Que
 	if log == nil {
 		log = slog.Default()
 	}
-	q := &Queue[T]{cfg: cfg, commit: commit, log: log, m: m, ch: make(chan *Request[T], cfg.MaxRequests), done: make(chan struct{})}
+	q := &Queue[T]{cfg: cfg, commit: commit, log: log, m: m, jobs: map[string]*jobQueue[T]{},
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if m != nil {
 		m.capacity.Set(float64(cfg.MaxRequests))
 		m.capacityBytes.Set(float64(cfg.MaxBytes))
-		m.depth = func() float64 { return float64(len(q.ch)) }
+		m.depth = func() float64 { return float64(q.Depth()) }
 		m.queued = func() float64 { return float64(q.QueuedBytes()) }
+		m.jobsWaiting = func() float64 { return float64(q.Jobs()) }
 	}
-	go q.run()
+	for range cfg.Writers {
+		q.writers.Add(1)
+		go q.run()
+	}
+	go func() { q.writers.Wait(); close(q.done) }()
 	return q
 }
 
 // Submit enqueues a request without blocking and returns the channel its
-// commit result arrives on.
+// commit result arrives on. bytes is the caller's size of the request;
+// the queue charges max(bytes, Cost(payload)), so a payload it knows
+// (stage vectors) is charged its decoded in-memory size even when the
+// caller passes body bytes.
 func (q *Queue[T]) Submit(job string, payload T, items int, bytes int64) (<-chan error, error) {
-	r := &Request[T]{Job: job, Payload: payload, Items: items, Bytes: bytes, done: make(chan error, 1)}
+	cost := max(bytes, Cost(payload), 1)
+	r := &Request[T]{Job: job, Payload: payload, Items: items, Bytes: cost, done: make(chan error, 1)}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return nil, ErrClosed
 	}
-	// A request larger than the byte bound alone is still admitted into
-	// an empty queue, or it could never be stored.
-	if q.bytes > 0 && q.bytes+bytes > q.cfg.MaxBytes {
-		q.shed()
-		return nil, ErrFull
+	if err := q.admit(job, cost); err != nil {
+		q.shed(err)
+		return nil, err
 	}
+	jq := q.jobs[job]
+	if jq == nil {
+		jq = &jobQueue[T]{}
+		q.jobs[job] = jq
+		q.ring = append(q.ring, job)
+	}
+	jq.reqs = append(jq.reqs, r)
+	jq.bytes += cost
+	q.bytes += cost
+	q.reqs++
 	select {
-	case q.ch <- r:
-		q.bytes += bytes
-		return r.done, nil
+	case q.wake <- struct{}{}:
 	default:
-		q.shed()
-		return nil, ErrFull
 	}
+	return r.done, nil
 }
 
-func (q *Queue[T]) shed() {
-	if q.m != nil {
-		q.m.shed.Inc()
+// admit applies the bounds to a request of cost from job; q.mu is held.
+// In order: the queue's own bounds (ErrFull), the job's share once it has
+// requests waiting (ErrJobShare), and the reserve, which only a small
+// request of a job with nothing waiting may use (ErrFull).
+func (q *Queue[T]) admit(job string, cost int64) error {
+	c := &q.cfg
+	// A request larger than the byte bound alone is still admitted into
+	// an empty queue, or it could never be stored.
+	if q.reqs+1 > c.MaxRequests || (q.bytes > 0 && q.bytes+cost > c.MaxBytes) {
+		return ErrFull
+	}
+	var held int64
+	var heldReqs int
+	if jq := q.jobs[job]; jq != nil {
+		held, heldReqs = jq.bytes, len(jq.reqs)
+	}
+	if heldReqs > 0 && (float64(held+cost) > c.JobShare*float64(c.MaxBytes) || float64(heldReqs+1) > max(1, c.JobShare*float64(c.MaxRequests))) {
+		return ErrJobShare
+	}
+	reserveB := int64(c.Reserve * float64(c.MaxBytes))
+	if heldReqs == 0 && cost <= reserveB/16 {
+		return nil // may use the reserve: the room a flood cannot take
+	}
+	reserveR := int(c.Reserve * float64(c.MaxRequests))
+	if q.reqs+1 > max(c.MaxRequests-reserveR, 1) || (q.bytes > 0 && q.bytes+cost > c.MaxBytes-reserveB) {
+		return ErrFull
+	}
+	return nil
+}
+
+func (q *Queue[T]) shed(err error) {
+	if q.m == nil {
+		return
+	}
+	if errors.Is(err, ErrJobShare) {
+		q.m.shed.WithLabelValues(ReasonJobShare).Inc()
+	} else {
+		q.m.shed.WithLabelValues(ReasonQueueFull).Inc()
 	}
 }
 
 // Depth is the number of requests waiting.
-func (q *Queue[T]) Depth() int { return len(q.ch) }
+func (q *Queue[T]) Depth() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.reqs
+}
+
+// QueuedBytes is the cost of the requests waiting.
+func (q *Queue[T]) QueuedBytes() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.bytes
+}
+
+// JobBytes is the cost of job's waiting requests.
+func (q *Queue[T]) JobBytes(job string) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if jq := q.jobs[job]; jq != nil {
+		return jq.bytes
+	}
+	return 0
+}
+
+// Jobs is the number of jobs with requests waiting.
+func (q *Queue[T]) Jobs() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.ring)
+}
 
 // Close stops accepting requests and returns once every queued request has
 // been committed and acknowledged.
@@ -137,34 +296,124 @@ func (q *Queue[T]) Close() {
 	q.mu.Lock()
 	if !q.closed {
 		q.closed = true
-		close(q.ch)
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
 	}
 	q.mu.Unlock()
 	<-q.done
 }
 
+func (q *Queue[T]) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (q *Queue[T]) run() {
-	defer close(q.done)
-	group := make([]*Request[T], 0, q.cfg.MaxCommitRequests)
-	for r := range q.ch {
-		group = append(group[:0], r)
-		n := r.Items
-	fill: // take whatever else is already waiting, never wait for more
-		for len(group) < q.cfg.MaxCommitRequests && n < q.cfg.MaxCommitItems {
-			select {
-			case r, ok := <-q.ch:
-				if !ok {
-					break fill
-				}
-				group = append(group, r)
-				n += r.Items
-			default:
-				break fill
+	defer q.writers.Done()
+	var group []*Request[T]
+	for {
+		q.mu.Lock()
+		group = q.take(group[:0])
+		closed, more := q.closed, q.reqs > 0
+		q.mu.Unlock()
+		if len(group) == 0 {
+			if closed && !more {
+				q.signal() // let the other writers see it too
+				return
 			}
+			<-q.wake
+			continue
+		}
+		if more {
+			q.signal() // another writer may take the rest
 		}
 		q.commitGroup(group)
+		q.mu.Lock()
+		for _, r := range group {
+			if jq := q.jobs[r.Job]; jq != nil {
+				jq.busy = false
+			}
+		}
+		q.dropIdle()
+		q.mu.Unlock()
+		q.signal()
 		clear(group) // drop references so acknowledged payloads can be freed
 	}
+}
+
+// dropIdle forgets jobs with nothing waiting and no commit; q.mu is held.
+func (q *Queue[T]) dropIdle() {
+	ring := q.ring[:0]
+	for _, job := range q.ring {
+		if jq := q.jobs[job]; len(jq.reqs) > 0 || jq.busy {
+			ring = append(ring, job)
+		} else {
+			delete(q.jobs, job)
+		}
+	}
+	clear(q.ring[len(ring):])
+	q.ring = ring
+}
+
+// take removes the next group commit from the queue: round-robin over the
+// jobs with waiting requests that no other writer is committing, at most
+// a fair share of the commit's bounds from each (but at least one request
+// from a job it reaches, so a request larger than its share still
+// progresses), oldest first within a job. Jobs it did not reach come
+// first next time, those it served go last. q.mu is held.
+func (q *Queue[T]) take(group []*Request[T]) []*Request[T] {
+	c := &q.cfg
+	ready := 0
+	for _, job := range q.ring {
+		if jq := q.jobs[job]; !jq.busy && len(jq.reqs) > 0 {
+			ready++
+		}
+	}
+	if ready == 0 {
+		return group
+	}
+	shareB := max(c.MaxCommitBytes/int64(ready), 1)
+	shareI := max(c.MaxCommitItems/ready, 1)
+	shareR := max(c.MaxCommitRequests/ready, 1)
+	var gb int64
+	gi := 0
+	full := func(r *Request[T]) bool {
+		return len(group) > 0 && (len(group) >= c.MaxCommitRequests || gb+r.Bytes > c.MaxCommitBytes || gi+r.Items > c.MaxCommitItems)
+	}
+	var served, rest []string
+	stopped := false
+	for _, job := range q.ring {
+		jq := q.jobs[job]
+		if stopped || jq.busy || len(jq.reqs) == 0 || full(jq.reqs[0]) {
+			stopped = stopped || (!jq.busy && len(jq.reqs) > 0)
+			rest = append(rest, job)
+			continue
+		}
+		var jb int64
+		ji, jr := 0, 0
+		for len(jq.reqs) > 0 {
+			r := jq.reqs[0]
+			if jr > 0 && (jb+r.Bytes > shareB || ji+r.Items > shareI || jr >= shareR) || full(r) {
+				break
+			}
+			group = append(group, r)
+			jq.reqs[0] = nil
+			jq.reqs = jq.reqs[1:]
+			jb, ji, jr = jb+r.Bytes, ji+r.Items, jr+1
+			gb, gi = gb+r.Bytes, gi+r.Items
+		}
+		jq.bytes -= jb
+		jq.busy = true
+		q.bytes -= jb
+		q.reqs -= jr
+		served = append(served, job)
+	}
+	q.ring = append(append(q.ring[:0], rest...), served...)
+	return group
 }
 
 func (q *Queue[T]) commitGroup(group []*Request[T]) {
@@ -173,6 +422,11 @@ func (q *Queue[T]) commitGroup(group []*Request[T]) {
 	if q.m != nil {
 		q.m.commitSeconds.Observe(time.Since(start).Seconds())
 		q.m.commitRequests.Observe(float64(len(group)))
+		var b int64
+		for _, r := range group {
+			b += r.Bytes
+		}
+		q.m.commitBytes.Observe(float64(b))
 	}
 	if err != nil && len(group) > 1 {
 		// One bad request (say, its job vanished) must not fail the
@@ -184,57 +438,56 @@ func (q *Queue[T]) commitGroup(group []*Request[T]) {
 		return
 	}
 	for _, r := range group {
-		// Freed before the answer, so an acknowledged client's next
-		// request finds the room it left.
-		q.mu.Lock()
-		q.bytes -= r.Bytes
-		q.mu.Unlock()
 		r.done <- err
 	}
 }
 
-// QueuedBytes is the request bytes waiting.
-func (q *Queue[T]) QueuedBytes() int64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.bytes
-}
-
 // Metrics are the queue's Prometheus metrics.
 type Metrics struct {
-	shed           prometheus.Counter
-	capacity       prometheus.Gauge
-	capacityBytes  prometheus.Gauge
-	commitSeconds  prometheus.Histogram
-	commitRequests prometheus.Histogram
-	depth, queued  func() float64
+	shed                       *prometheus.CounterVec
+	capacity                   prometheus.Gauge
+	capacityBytes              prometheus.Gauge
+	commitSeconds              prometheus.Histogram
+	commitRequests             prometheus.Histogram
+	commitBytes                prometheus.Histogram
+	depth, queued, jobsWaiting func() float64
 }
 
-// NewMetrics registers the queue metrics on reg (laggard_ingest_*).
+// NewMetrics registers the queue metrics on reg (laggard_ingest_*). There
+// is deliberately no per-job gauge: job ids are unbounded, and the shed
+// counter by reason plus queue_jobs say whether fairness is at work.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	const ns, sub = "laggard", "ingest"
 	m := &Metrics{
-		shed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "shed_total",
-			Help: "Ingest requests shed with 429 because the queue was full (requests or bytes)."}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "shed_total",
+			Help: "Ingest requests shed with 429, by reason: queue_full (request or byte bound) or job_share (the job already holds its share of the queue)."}, []string{"reason"}),
 		capacity: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_capacity",
 			Help: "Ingest queue capacity in requests."}),
 		capacityBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_capacity_bytes",
-			Help: "Ingest queue capacity in request bytes."}),
+			Help: "Ingest queue capacity in bytes of decoded request cost."}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "commit_seconds",
 			Help: "Latency of one group commit (including fsync).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		commitRequests: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "commit_batches",
 			Help: "Ingest requests folded into one group commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
-		depth:  func() float64 { return 0 },
-		queued: func() float64 { return 0 },
+		commitBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "commit_bytes",
+			Help: "Decoded cost in bytes of the requests in one group commit.", Buckets: prometheus.ExponentialBuckets(1024, 4, 10)}),
+		depth:       func() float64 { return 0 },
+		queued:      func() float64 { return 0 },
+		jobsWaiting: func() float64 { return 0 },
 	}
 	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_depth",
 		Help: "Ingest requests waiting for the writer."}, func() float64 { return m.depth() })
 	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_bytes",
-		Help: "Request bytes waiting for the writer."}, func() float64 { return m.queued() })
-	for _, c := range []prometheus.Collector{m.shed, m.capacity, m.capacityBytes, m.commitSeconds, m.commitRequests, depth, queued} {
+		Help: "Decoded cost in bytes of the requests waiting for the writer."}, func() float64 { return m.queued() })
+	jobs := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_jobs",
+		Help: "Jobs with ingest requests waiting (each is served its fair share per commit)."}, func() float64 { return m.jobsWaiting() })
+	for _, c := range []prometheus.Collector{m.shed, m.capacity, m.capacityBytes, m.commitSeconds, m.commitRequests, m.commitBytes, depth, queued, jobs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	for _, r := range []string{ReasonQueueFull, ReasonJobShare} {
+		m.shed.WithLabelValues(r) // exported at 0 so rate() works from the start
 	}
 	return m, nil
 }

@@ -88,36 +88,37 @@ func TestSubmitCommits(t *testing.T) {
 
 // With the writer held mid-commit, the queue sheds at its request bound
 // and at its byte bound; released, every admitted request commits and a
-// group folds what waited.
+// group folds what waited. Each request is its own job here, so the job
+// share does not apply.
 func TestBoundsShed(t *testing.T) {
 	g := &gatedCommit{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
-	q, m := newTestQueue(t, Config{MaxRequests: 3, MaxBytes: 100}, g)
-	first, err := q.Submit("j", "held", 1, 10)
+	q, m := newTestQueue(t, Config{MaxRequests: 3, MaxBytes: 100, Writers: 1}, g)
+	first, err := q.Submit("j0", "held", 1, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-g.entered // the writer holds "held"
 	var dones []<-chan error
 	for _, p := range []string{"a", "b"} {
-		d, err := q.Submit("j", p, 1, 40)
+		d, err := q.Submit("j"+p, p, 1, 40)
 		if err != nil {
 			t.Fatalf("submit %s: %v", p, err)
 		}
 		dones = append(dones, d)
 	}
-	if _, err := q.Submit("j", "too-many-bytes", 1, 40); !errors.Is(err, ErrFull) {
+	if _, err := q.Submit("jx", "too-many-bytes", 1, 40); !errors.Is(err, ErrFull) {
 		t.Errorf("over the byte bound: %v", err)
 	}
-	if d, err := q.Submit("j", "c", 1, 1); err != nil {
+	if d, err := q.Submit("jc", "c", 1, 1); err != nil {
 		t.Errorf("under both bounds: %v", err)
 	} else {
 		dones = append(dones, d)
 	}
-	if _, err := q.Submit("j", "d", 1, 1); !errors.Is(err, ErrFull) {
+	if _, err := q.Submit("jd", "d", 1, 1); !errors.Is(err, ErrFull) {
 		t.Errorf("over the request bound: %v", err)
 	}
-	if got := testutil.ToFloat64(m.shed); got != 2 {
-		t.Errorf("shed_total %v, want 2", got)
+	if got := testutil.ToFloat64(m.shed.WithLabelValues(ReasonQueueFull)); got != 2 {
+		t.Errorf("shed_total{reason=queue_full} %v, want 2", got)
 	}
 	g.gate <- struct{}{}
 	<-g.entered
@@ -135,6 +136,90 @@ func TestBoundsShed(t *testing.T) {
 	}
 	if b := q.QueuedBytes(); b != 0 {
 		t.Errorf("%d bytes still accounted after commit", b)
+	}
+}
+
+// A job that already has requests waiting may hold at most its share of
+// the queue: beyond it, ErrJobShare (which is an ErrFull); other jobs are
+// still admitted.
+func TestJobShare(t *testing.T) {
+	g := &gatedCommit{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	q, m := newTestQueue(t, Config{MaxRequests: 100, MaxBytes: 1000, JobShare: 0.5, Writers: 1}, g)
+	held, _ := q.Submit("other", "held", 1, 1)
+	<-g.entered
+	var dones []<-chan error
+	for i := range 4 { // 4 x 120 = 480 <= 500
+		d, err := q.Submit("flood", "f", 1, 120)
+		if err != nil {
+			t.Fatalf("flood %d: %v", i, err)
+		}
+		dones = append(dones, d)
+	}
+	_, err := q.Submit("flood", "f", 1, 120)
+	if !errors.Is(err, ErrJobShare) || !errors.Is(err, ErrFull) {
+		t.Fatalf("over the job share: %v, want ErrJobShare", err)
+	}
+	if got := testutil.ToFloat64(m.shed.WithLabelValues(ReasonJobShare)); got != 1 {
+		t.Errorf("shed_total{reason=job_share} %v, want 1", got)
+	}
+	if got := q.JobBytes("flood"); got != 480 {
+		t.Errorf("JobBytes(flood) = %d, want 480", got)
+	}
+	d, err := q.Submit("small", "s", 1, 10)
+	if err != nil {
+		t.Fatalf("another job refused: %v", err)
+	}
+	g.open()
+	go func() {
+		for range g.entered {
+		}
+	}()
+	for _, d := range append(dones, held, d) {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The writer serves jobs round-robin, a fair share of one commit each:
+// with one job's backlog waiting, another job's request goes into the very
+// next commit, and a commit never exceeds its byte bound.
+func TestRoundRobinCommit(t *testing.T) {
+	g := &gatedCommit{gate: make(chan struct{}), entered: make(chan struct{}, 64)}
+	q, _ := newTestQueue(t, Config{MaxRequests: 100, MaxBytes: 10000, MaxCommitBytes: 100, Writers: 1}, g)
+	held, _ := q.Submit("x", "held", 1, 1)
+	<-g.entered
+	var dones []<-chan error
+	for range 10 {
+		d, err := q.Submit("flood", "f", 1, 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dones = append(dones, d)
+	}
+	d, err := q.Submit("small", "s", 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.open()
+	go func() {
+		for range g.entered {
+		}
+	}()
+	for _, d := range append(dones, held, d) {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.got) < 2 || !slices.Contains(g.got[1], "s") {
+		t.Fatalf("commits %v: the small job's request is not in the commit after the held one", g.got)
+	}
+	for i, c := range g.got[1:] {
+		if n := len(c); n > 3 { // 2 x 40 flood + 1 small <= 100
+			t.Errorf("commit %d holds %d requests %v, more than its byte bound allows", i+1, n, c)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ package render
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -28,12 +29,16 @@ func Text(w io.Writer, r *analysis.Report) error {
 		name += " (" + r.JobName + ")"
 	}
 	steps := 0
-	if len(r.Groups) > 0 {
+	if len(r.Groups) > 0 && r.Groups[0].Report != nil {
 		steps = r.Groups[0].Report.NumSteps
 	}
 	p.f("job %s · steps %d–%d (%d) · %d ranks\nwindow: %s\n\n", name, r.Window.From, r.Window.To, steps, ranks, r.Window.Reason)
 	p.f("%s\n", wrap("▶ "+r.Headline.Text, 100, "  "))
 	for _, g := range r.Groups {
+		if g.Report == nil { // a report read back from JSON may lack one
+			p.f("\n── role group %s (%d ranks): no report\n", g.Group, g.NumRanks)
+			continue
+		}
 		if len(r.Groups) > 1 {
 			p.f("\n── role group %s (%d ranks) %s\n%s\n", g.Group, g.NumRanks, strings.Repeat("─", 40), wrap("▶ "+g.Report.Headline.Text, 100, "  "))
 		}
@@ -63,9 +68,13 @@ func group(p *printer, w io.Writer, g analysis.GroupReport) {
 		bar := ""
 		if !r.RawOnly && s < len(r.Share) {
 			share = fmt.Sprintf("%.1f%%", 100*r.Share[s])
-			bar = strings.Repeat("█", int(r.Share[s]*30+0.5))
+			bar = shareBar(r.Share[s])
 		}
-		row := fmt.Sprintf("%s\t%.2f\t%s\t%s\t", name, perStep(r.AdvanceMS[s], r.NumSteps), share, bar)
+		adv := math.NaN()
+		if s < len(r.AdvanceMS) {
+			adv = r.AdvanceMS[s]
+		}
+		row := fmt.Sprintf("%s\t%.2f\t%s\t%s\t", name, perStep(adv, r.NumSteps), share, bar)
 		if c != nil && s < len(c.Stages) {
 			row += fmt.Sprintf("%.2f\t%+.2f\t", c.Stages[s].RefMS, c.Stages[s].DeltaMS)
 		}
@@ -220,6 +229,20 @@ func leadingRanks(r *stagefrontier.Report, stage string, n int) []leadRow {
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].lead > rows[j].lead })
 	return rows[:min(n, len(rows))]
+}
+
+// barWidth is the bar of a 100% share.
+const barWidth = 30
+
+// shareBar draws a share in [0, 1] as a bar; a share outside it (or NaN,
+// from sums that overflowed) is clamped rather than trusted as a count
+// for strings.Repeat, which panics on a negative one (D5).
+func shareBar(share float64) string {
+	n := 0
+	if x := share*barWidth + 0.5; x > 0 { // false for NaN
+		n = int(min(x, barWidth))
+	}
+	return strings.Repeat("█", n)
 }
 
 func perStep(total float64, n int) float64 {

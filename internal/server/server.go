@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -59,12 +60,20 @@ type Config struct {
 	// Registry receives the server's metrics and is served at /metrics. If
 	// nil, a fresh registry with Go and process collectors is used.
 	Registry *prometheus.Registry
+	// Access is who may call the server: tokens, hosts (auth.go).
+	Access Access
+	// HTTP bounds connections (timeouts, limits) and configures TLS
+	// (listen.go).
+	HTTP HTTPOptions
+	// Lifecycle is retention and the background compactor (lifecycle.go).
+	Lifecycle LifecycleConfig
 }
 
 func (c *Config) setDefaults() {
 	setDefault(&c.MaxBodyBytes, 64<<20)
 	setDefault(&c.RetryAfter, time.Second)
 	setDefault(&c.ShutdownTimeout, 30*time.Second)
+	c.HTTP.setDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -98,10 +107,14 @@ type Server struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	hm       *httpMetrics
+	am       *authMetrics
+	hyg      *hygieneMetrics
+	routes   map[string]access // what each route needs (auth.go)
 	vectors  *api.VectorQueue
 	analyzer *analysis.Analyzer
 	detector *detect.Detector
 	handler  http.Handler
+	life     *lifecycle // nil when the store has no lifecycle (lifecycle.go)
 
 	mu        sync.Mutex
 	addr      net.Addr
@@ -116,13 +129,19 @@ func New(cfg Config, st Store) (*Server, error) {
 		return nil, errors.New("server: nil store")
 	}
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"), reg: cfg.Registry}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "server"), reg: cfg.Registry, routes: maps.Clone(routeAccess)}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	var err error
 	if s.hm, err = newHTTPMetrics(s.reg); err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
+	if s.am, err = newAuthMetrics(s.reg); err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
+	if s.hyg, err = newHygieneMetrics(s.reg); err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
 	if err := buildinfo.Register(s.reg); err != nil {
@@ -147,24 +166,35 @@ func New(cfg Config, st Store) (*Server, error) {
 		}, s.log, qm)
 	cat := catalog.New(st)
 	s.analyzer = analysis.New(st, cfg.Analysis)
+	s.analyzer.SetLogger(s.log)
+	if err := s.reg.Register(s.analyzer.Collector()); err != nil { // laggard_analysis_panics_total
+		s.vectors.Close()
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
 	if s.detector, err = detect.New(cfg.Detect, cat, st, s.analyzer, s.reg, s.log); err != nil {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	if err := s.startLifecycle(st, cat); err != nil {
+		s.vectors.Close()
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
 	mux := http.NewServeMux()
 	api.New(api.Deps{Catalog: cat, Reader: st, Vectors: s.vectors, Reporter: s.analyzer, Diagnoses: s.detector,
-		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter}).Register(mux)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, OnDelete: s.onDelete}).Register(mux)
+	// Routes outside api.Register declare what they need with s.handle
+	// (api.Register's routes are listed in routeAccess).
+	s.handle(mux, "GET /metrics", needRead, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	s.handle(mux, "GET /healthz", public, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
-	})
+	}))
 	ui := cfg.UI
 	if ui == nil {
 		ui = http.HandlerFunc(plainIndex)
 	}
-	mux.Handle("/", ui)
-	s.handler = s.instrument(mux)
+	s.handle(mux, "/", public, ui)
+	s.handler = s.instrument(s.guard(mux))
 	return s, nil
 }
 
@@ -203,21 +233,28 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 // batch commits), drain the ingest queue and stop the writer. It returns
 // nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.cfg.Access.Tokens == nil && !s.cfg.Access.Insecure && !IsLoopback(ln.Addr()) {
+		ln.Close()
+		s.Close()
+		return fmt.Errorf("server: %w: %s (set Access.Tokens, or Access.Insecure)", ErrExposed, ln.Addr())
+	}
 	s.mu.Lock()
 	s.addr = ln.Addr()
 	s.mu.Unlock()
-	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	s.log.Info("serving", "addr", ln.Addr().String(), "data", s.cfg.DataDir)
+	hs, ln := s.httpServer(ln)
+	s.log.Info("serving", "addr", ln.Addr().String(), "data", s.cfg.DataDir, "tls", s.cfg.HTTP.TLS != nil,
+		"auth", s.cfg.Access.Tokens != nil)
 	dctx, stopDetect := context.WithCancel(ctx)
 	detectDone := make(chan struct{})
 	go func() { defer close(detectDone); s.detector.Run(dctx) }()
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if s.cfg.HTTP.TLS != nil {
+			errc <- hs.ServeTLS(ln, "", "") // certificates from TLSConfig
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
 	var serveErr error
 	select {
 	case serveErr = <-errc:
@@ -243,7 +280,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // is committed and acknowledged. Later ingest requests get 503. It does
 // not close the store.
 func (s *Server) Close() error {
-	s.closeOnce.Do(s.vectors.Close)
+	s.closeOnce.Do(func() { s.stopLifecycle(); s.vectors.Close() })
 	return nil
 }
 

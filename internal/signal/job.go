@@ -172,8 +172,17 @@ var jobIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // Validate checks a job registration and names the offending field.
 func (j *Job) Validate() error {
+	if len(j.ID) > MaxJobIDBytes {
+		return FieldErrorf("id", "is %d bytes, the limit is %d", len(j.ID), MaxJobIDBytes)
+	}
 	if !jobIDRe.MatchString(j.ID) {
 		return FieldErrorf("id", "must match %s", jobIDRe)
+	}
+	if len(j.Name) > MaxNameBytes {
+		return FieldErrorf("name", "is %d bytes, the limit is %d", len(j.Name), MaxNameBytes)
+	}
+	if err := validateLabels(j.Labels); err != nil {
+		return err
 	}
 	if j.WorldSize < 1 || j.WorldSize > MaxWorldSize {
 		return FieldErrorf("world_size", "must be in [1, %d], got %d", MaxWorldSize, j.WorldSize)
@@ -186,6 +195,12 @@ func (j *Job) Validate() error {
 	}
 	if len(j.RunID) > 128 {
 		return FieldErrorf("run_id", "longer than 128 bytes")
+	}
+	if len(j.Groups) > MaxGroupSchemas {
+		return FieldErrorf("groups", "at most %d role groups with their own stage lists, got %d", MaxGroupSchemas, len(j.Groups))
+	}
+	if len(j.Ranks) > j.WorldSize {
+		return FieldErrorf("ranks", "%d ranks for world_size %d", len(j.Ranks), j.WorldSize)
 	}
 	for i, g := range j.Groups {
 		if err := g.Schema.Validate(); err != nil {
@@ -222,9 +237,37 @@ func (r *Rank) Validate(world int) error {
 	return nil
 }
 
-// Limits that protect the server from absurd input.
+// validateLabels bounds a job's labels: they are kept in memory with the
+// job and shown in every listing (D9: 1 MiB labels took the server to
+// 2.4 GB).
+func validateLabels(labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return FieldErrorf("labels", "at most %d labels, got %d", MaxLabels, len(labels))
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > MaxLabelKeyBytes {
+			return FieldErrorf("labels", "label name %q must be 1..%d bytes", Clip(k), MaxLabelKeyBytes)
+		}
+		if len(v) > MaxLabelValueBytes {
+			return FieldErrorf("labels."+Clip(k), "value is %d bytes, the limit is %d", len(v), MaxLabelValueBytes)
+		}
+	}
+	return nil
+}
+
+// Limits that protect the server from absurd input. MaxWorldSize bounds
+// what a registration may declare (1<<20 ranks, beyond any cluster); what
+// it costs is bounded elsewhere: reports by stored cells, the tail index
+// by a fixed size, the rank list by the store's per-job size limit.
 const (
 	MaxWorldSize    = 1 << 20
 	MaxAccumulation = 1024
 	MaxStages       = 64
+
+	MaxJobIDBytes      = 128
+	MaxNameBytes       = 256
+	MaxLabels          = 64
+	MaxLabelKeyBytes   = 128
+	MaxLabelValueBytes = 1024
+	MaxGroupSchemas    = 256
 )

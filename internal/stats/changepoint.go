@@ -26,13 +26,26 @@ func (c ChangePoint) Rise() bool { return c.After > c.Before }
 // Delta is After − Before.
 func (c ChangePoint) Delta() float64 { return c.After - c.Before }
 
-// RelChange is (After − Before) / Before, or 0 when Before is 0.
+// RelChange is (After − Before) / Before, or 0 when Before is 0. It is
+// clamped to ±maxRel so a vanishing Before (5e-324 ms) reads as a huge
+// change, never as ±Inf, which a report cannot encode.
 func (c ChangePoint) RelChange() float64 {
 	if c.Before == 0 {
 		return 0
 	}
-	return (c.After - c.Before) / c.Before
+	r := (c.After - c.Before) / c.Before
+	switch {
+	case r > maxRel:
+		return maxRel
+	case r < -maxRel:
+		return -maxRel
+	case r != r: // NaN: an infinite level
+		return 0
+	}
+	return r
 }
+
+const maxRel = 1e12
 
 // Detector finds level changes in a series. The time axis of every engine
 // goes through this interface so another detector (Greyhound's BOCD with

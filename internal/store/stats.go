@@ -38,27 +38,35 @@ func (st *JobStats) add(step int64) {
 	st.Vectors++
 }
 
-func encodeStats(st JobStats) []byte {
-	b := make([]byte, 0, 24)
+// encodeStats encodes st and the time of the job's last write (Unix
+// milliseconds), which retention by age reads. Stores written before the
+// time was kept have 24-byte values; decodeStats reads both.
+func encodeStats(st JobStats, lastWriteMS int64) []byte {
+	b := make([]byte, 0, 32)
 	b = binary.BigEndian.AppendUint64(b, uint64(st.FirstStep))
 	b = binary.BigEndian.AppendUint64(b, uint64(st.LastStep))
-	return binary.BigEndian.AppendUint64(b, uint64(st.Vectors))
+	b = binary.BigEndian.AppendUint64(b, uint64(st.Vectors))
+	return binary.BigEndian.AppendUint64(b, uint64(lastWriteMS))
 }
 
-func decodeStats(key, b []byte) (JobStats, error) {
-	if len(b) != 24 {
-		return JobStats{}, fmt.Errorf("store: key %s: %w: stats value is %d bytes, want 24", keyString(key), ErrCorrupt, len(b))
+// decodeStats decodes a stats value; lastWriteMS is 0 when not recorded.
+func decodeStats(key, b []byte) (st JobStats, lastWriteMS int64, err error) {
+	if len(b) != 24 && len(b) != 32 {
+		return JobStats{}, 0, fmt.Errorf("store: key %s: %w: stats value is %d bytes, want 24 or 32", keyString(key), ErrCorrupt, len(b))
 	}
-	st := JobStats{
+	if len(b) == 32 {
+		lastWriteMS = max(int64(binary.BigEndian.Uint64(b[24:])), 0)
+	}
+	st = JobStats{
 		FirstStep: int64(binary.BigEndian.Uint64(b)),
 		LastStep:  int64(binary.BigEndian.Uint64(b[8:])),
 		Vectors:   int64(binary.BigEndian.Uint64(b[16:])),
 	}
 	if st.Vectors < 0 || (st.Vectors > 0 && (st.FirstStep < 0 || st.FirstStep > st.LastStep)) || st.LastStep == math.MinInt64 {
-		return JobStats{}, fmt.Errorf("store: key %s: %w: stats %+v inconsistent", keyString(key), ErrCorrupt, st)
+		return JobStats{}, 0, fmt.Errorf("store: key %s: %w: stats %+v inconsistent", keyString(key), ErrCorrupt, st)
 	}
 	if st.Vectors == 0 {
 		st = emptyStats
 	}
-	return st, nil
+	return st, lastWriteMS, nil
 }

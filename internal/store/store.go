@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
@@ -36,13 +38,54 @@ type Options struct {
 	// Logger receives Pebble's messages (Info at Debug level). Default
 	// slog.Default().
 	Logger *slog.Logger
+
+	// MinFreeBytes is the free space the store keeps on its filesystem:
+	// below it writes fail with ErrDiskFull instead of letting Pebble hit
+	// ENOSPC, which it treats as fatal (space.go). Default max(256 MiB,
+	// 4 × MemTableSize), room to flush every memtable; negative disables
+	// the check.
+	MinFreeBytes int64
+	// FreeSpace reports the free bytes of dir's filesystem; default
+	// statfs. Tests inject it.
+	FreeSpace func(dir string) (uint64, error)
+
+	// MaxJobs bounds the registered jobs (default 100,000); a new job
+	// beyond it fails with ErrTooManyJobs. MaxJobBytes bounds one job's
+	// stored registration with its ranks (default 16 MiB) and
+	// MaxMetaBytes all jobs' (default 1 GiB): job metadata is held in
+	// memory, so these bound the memory it takes (D9).
+	MaxJobs      int
+	MaxJobBytes  int
+	MaxMetaBytes int64
 }
+
+// ErrTooManyJobs is returned (wrapped, naming the limit) when registering
+// a new job would exceed Options.MaxJobs or MaxMetaBytes. The HTTP API
+// answers 507.
+var ErrTooManyJobs = errors.New("store: job limit reached")
 
 // Store is an open store. All methods are safe for concurrent use.
 type Store struct {
 	db  *pebble.DB
 	log *slog.Logger
 	wo  *pebble.WriteOptions
+
+	dir   string
+	opt   Options
+	po    *pebble.Options // for reopening writable
+	space *spaceGuard
+	// readOnly: opened read-only because the disk was full; writes fail
+	// with ErrDiskFull until reopen succeeds. Changed under life's write
+	// lock.
+	readOnly  bool
+	reopening atomic.Bool
+	// broken is set once a Pebble write failed in a way Pebble cannot
+	// recover from (space.go): every later write fails with it and Close
+	// leaves the database to the process exit.
+	broken atomic.Pointer[error]
+	// deleted are the vector ranges of deleted jobs not yet compacted.
+	delMu   sync.Mutex
+	deleted [][2][]byte
 
 	// life is read-held by every operation and write-held by Close, so
 	// Close waits for in-flight calls and later calls see ErrClosed.
@@ -56,10 +99,12 @@ type Store struct {
 
 	jobMu sync.Mutex // serializes PutJob so db and map agree on the order
 
-	mu    sync.RWMutex        // guards jobs and stats
-	jobs  map[string][]byte   // job id → stored JSON (decoded per call, so callers get copies)
-	stats map[string]JobStats // job id → stats, mirrors s/<job>
-	dims  map[string]dims     // job id → declared shape, for the tail index
+	mu        sync.RWMutex        // guards jobs, stats, dims, lastWrite, metaBytes
+	jobs      map[string][]byte   // job id → stored JSON (decoded per call, so callers get copies)
+	stats     map[string]JobStats // job id → stats, mirrors s/<job>
+	dims      map[string]dims     // job id → declared shape, for the tail index
+	lastWrite map[string]int64    // job id → Unix ms of its last vector write (0 unknown)
+	metaBytes int64               // sum of len(jobs[*])
 
 	tails map[string]*tail // guarded by wmu; rebuilt lazily after Open
 }
@@ -72,6 +117,7 @@ func Open(dir string, opt Options) (*Store, error) {
 		log = slog.Default()
 	}
 	log = log.With("component", "store")
+	opt.Logger = log
 	cacheSize := opt.CacheSize
 	if cacheSize <= 0 {
 		cacheSize = 64 << 20
@@ -80,8 +126,28 @@ func Open(dir string, opt Options) (*Store, error) {
 	if memSize == 0 {
 		memSize = 64 << 20
 	}
-	cache := pebble.NewCache(cacheSize)
-	defer cache.Unref()
+	if opt.MinFreeBytes == 0 {
+		opt.MinFreeBytes = max(256<<20, 4*int64(memSize))
+	}
+	if opt.MaxJobs <= 0 {
+		opt.MaxJobs = 100_000
+	}
+	if opt.MaxJobBytes <= 0 {
+		opt.MaxJobBytes = 16 << 20
+	}
+	if opt.MaxMetaBytes <= 0 {
+		opt.MaxMetaBytes = 1 << 30
+	}
+	s := &Store{
+		log: log, wo: pebble.Sync, dir: dir, opt: opt,
+		jobs: map[string][]byte{}, stats: map[string]JobStats{}, dims: map[string]dims{}, lastWrite: map[string]int64{},
+		tails: map[string]*tail{},
+	}
+	if opt.NoSync {
+		s.wo = pebble.NoSync
+	}
+	s.space = newSpaceGuard(dir, opt.MinFreeBytes, opt.FreeSpace, log)
+	s.opt.CacheSize = cacheSize
 	// Split = whole key: no MVCC suffixes here, and it lets the duplicate
 	// check use SeekPrefixGE as a bloom-filtered exact-key probe. Same name
 	// and order as the default comparer, so the on-disk format is unchanged.
@@ -89,22 +155,30 @@ func Open(dir string, opt Options) (*Store, error) {
 	cmp.Split = func(k []byte) int { return len(k) }
 	po := &pebble.Options{
 		Comparer:                    &cmp,
-		Cache:                       cache,
 		MemTableSize:                memSize,
 		MemTableStopWritesThreshold: 4,
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       24,
 		LBaseMaxBytes:               256 << 20,
 		FormatMajorVersion:          pebble.FormatNewest,
-		Logger:                      pebbleLogger{log},
+		Logger:                      pebbleLogger{log, s.fatal},
 		// Pebble's default listener logs these at Info, which we send to
 		// Debug; they deserve attention, so surface them at Warn/Error.
 		EventListener: &pebble.EventListener{
-			BackgroundError: func(err error) { log.Error("pebble background error", "err", err) },
+			BackgroundError: func(err error) {
+				if isNoSpace(err) {
+					s.space.noteNoSpace()
+				}
+				log.Error("pebble background error", "err", err)
+			},
 			WriteStallBegin: func(i pebble.WriteStallBeginInfo) { log.Warn("pebble write stall", "reason", i.Reason) },
 			WriteStallEnd:   func() { log.Info("pebble write stall ended") },
 		},
 	}
+	// No read-triggered compactions: reads must not write, or a store on
+	// a full disk would hit ENOSPC (fatal to Pebble, space.go) just by
+	// serving reports. Size-triggered compactions still run.
+	po.Experimental.ReadSamplingMultiplier = -1
 	po.Levels = make([]pebble.LevelOptions, 7)
 	for i := range po.Levels {
 		l := &po.Levels[i]
@@ -120,24 +194,161 @@ func Open(dir string, opt Options) (*Store, error) {
 			l.TargetFileSize = 8 << 20
 		}
 	}
-	db, err := pebble.Open(dir, po)
+	s.po = po
+	// Opening writable replays the WAL into new sstables and writes a new
+	// MANIFEST, which on a full disk fails fatally (space.go); read-only
+	// needs no space, so a full disk still serves reads (D7).
+	readOnly := s.space.low()
+	db, err := s.openDB(readOnly)
+	if err != nil && !readOnly && isNoSpace(err) {
+		readOnly = true
+		db, err = s.openDB(true)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
-	s := &Store{
-		db: db, log: log, wo: pebble.Sync,
-		jobs: map[string][]byte{}, stats: map[string]JobStats{}, dims: map[string]dims{},
-		tails: map[string]*tail{},
+	if readOnly {
+		free, _ := s.space.state()
+		log.Error("disk full: store opened read-only; writes answer ErrDiskFull until space is freed, then it reopens writable by itself",
+			"dir", dir, "free_bytes", free, "reserve_bytes", opt.MinFreeBytes)
 	}
-	if opt.NoSync {
-		s.wo = pebble.NoSync
-	}
+	s.db, s.readOnly = db, readOnly
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
 	}
-	log.Debug("store opened", "dir", dir, "jobs", len(s.jobs))
+	log.Debug("store opened", "dir", dir, "jobs", len(s.jobs), "read_only", readOnly)
 	return s, nil
+}
+
+// openDB opens Pebble with a fresh block cache (a closed DB's cache is
+// released with it), turning its fatal-error panic (pebbleLogger.Fatalf)
+// into an error so a failed open does not end the process.
+func (s *Store) openDB(readOnly bool) (db *pebble.DB, err error) {
+	o := *s.po
+	o.ReadOnly = readOnly
+	o.Cache = pebble.NewCache(s.opt.CacheSize)
+	defer o.Cache.Unref()
+	defer func() {
+		if p := recover(); p != nil {
+			db, err = nil, panicError(p)
+		}
+	}()
+	return pebble.Open(s.dir, &o)
+}
+
+// panicError turns a recovered Pebble panic into an error, keeping ENOSPC
+// recognizable.
+func panicError(p any) error {
+	if fe, ok := p.(fatalPanic); ok {
+		p = fe.msg // a string, so ENOSPC is recognized in the text
+	}
+	switch v := p.(type) {
+	case error:
+		return fmt.Errorf("pebble: %w", v)
+	case string:
+		if containsNoSpace(v) {
+			return fmt.Errorf("pebble: %s: %w", v, syscall.ENOSPC)
+		}
+		return errors.New("pebble: " + v)
+	}
+	return fmt.Errorf("pebble: %v", p)
+}
+
+// writable returns nil when writes may be attempted: the store is not
+// read-only, no write has broken Pebble, and need more bytes fit above the
+// free-space reserve. Called with life read-held.
+func (s *Store) writable(need int64) error {
+	if p := s.broken.Load(); p != nil {
+		return *p
+	}
+	if s.readOnly {
+		err := s.space.check(need)
+		if err == nil {
+			// Space is back: reopen writable in the background (it needs
+			// life's write lock, which this caller holds for reading).
+			s.reopenAsync()
+			err = fmt.Errorf("%w: the store is read-only after starting on a full disk and is reopening writable now; retry", ErrDiskFull)
+		}
+		return err
+	}
+	return s.space.check(need)
+}
+
+// reopenAsync reopens a read-only store writable, once at a time.
+func (s *Store) reopenAsync() {
+	if !s.reopening.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.reopening.Store(false)
+		s.life.Lock()
+		defer s.life.Unlock()
+		if s.closed || !s.readOnly {
+			return
+		}
+		if err := s.db.Close(); err != nil {
+			s.log.Warn("closing the read-only store to reopen it writable", "err", err)
+		}
+		db, err := s.openDB(false)
+		if err != nil {
+			s.log.Error("reopening the store writable failed; staying read-only", "err", err)
+			if db, err = s.openDB(true); err != nil {
+				// Neither works: nothing more can be served.
+				e := fmt.Errorf("store: reopen %s: %w", s.dir, err)
+				s.broken.Store(&e)
+				s.closed = true
+				s.log.Error("store unusable", "err", err)
+				return
+			}
+			s.db = db
+			return
+		}
+		s.db, s.readOnly = db, false
+		s.wmu.Lock()
+		clear(s.tails)
+		s.wmu.Unlock()
+		s.log.Info("store reopened writable: disk space available again", "dir", s.dir)
+	}()
+}
+
+// guard runs a Pebble write, turning the panics Pebble raises on write
+// failures (space.go) into errors; after one, the store refuses writes.
+// A failed fsync or write for lack of space marks the disk full.
+func (s *Store) guard(write func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = s.breakWith(panicError(p))
+		}
+	}()
+	if err = write(); err != nil && isNoSpace(err) {
+		// Pebble keeps the WAL's error and panics on the next commit with
+		// its pipeline locked; never commit again on this instance.
+		err = s.breakWith(err)
+	}
+	return err
+}
+
+// breakWith records a write failure Pebble cannot recover from.
+func (s *Store) breakWith(cause error) error {
+	var err error
+	if isNoSpace(cause) {
+		s.space.noteNoSpace()
+		err = fmt.Errorf("%w: a write failed for lack of space (%v); writes are refused until laggard restarts with space freed (acknowledged data is safe)", ErrDiskFull, cause)
+	} else {
+		err = fmt.Errorf("store: a write failed (%w); writes are refused until laggard restarts", cause)
+	}
+	if s.broken.CompareAndSwap(nil, &err) {
+		s.log.Error("store write failed; refusing writes until restart, reads keep working", "err", cause)
+	}
+	return *s.broken.Load()
+}
+
+// fatal is Pebble's Logger.Fatalf hook (see pebbleLogger).
+func (s *Store) fatal(msg string) {
+	if containsNoSpace(msg) {
+		s.space.noteNoSpace()
+	}
 }
 
 // load reads every j/ and s/ key. Both ranges hold one key per job.
@@ -148,17 +359,19 @@ func (s *Store) load() error {
 			return fmt.Errorf("store: key %s: %w: %v", keyString(jobKey(id)), ErrCorrupt, err)
 		}
 		s.jobs[id] = bytes.Clone(v)
+		s.metaBytes += int64(len(v))
 		s.dims[id] = jobDims(j.WorldSize, j.Accumulation)
 		return nil
 	}); err != nil {
 		return err
 	}
 	return s.scanPrefix(prefixStats, func(id string, v []byte) error {
-		st, err := decodeStats(statsKey(id), v)
+		st, lw, err := decodeStats(statsKey(id), v)
 		if err != nil {
 			return err
 		}
 		s.stats[id] = st
+		s.lastWrite[id] = lw
 		return nil
 	})
 }
@@ -192,6 +405,12 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
+	if p := s.broken.Load(); p != nil {
+		// Pebble's commit pipeline may still be locked by the failed
+		// write; DB.Close would wait on it forever. The WAL holds every
+		// acknowledged write; the process exit releases the rest.
+		return fmt.Errorf("store: close: not closing the database after a failed write: %w", *p)
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
@@ -221,6 +440,9 @@ func (s *Store) PutJob(j *signal.Job) error {
 	if err != nil {
 		return fmt.Errorf("store: encode job %q: %w", j.ID, err)
 	}
+	if len(b) > s.opt.MaxJobBytes {
+		return signal.FieldErrorf("ranks", "job %q would be %d bytes stored with its %d ranks, the limit is %d", signal.Clip(j.ID), len(b), len(j.Ranks), s.opt.MaxJobBytes)
+	}
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -229,12 +451,26 @@ func (s *Store) PutJob(j *signal.Job) error {
 	// database and in the map in the same order.
 	s.jobMu.Lock()
 	defer s.jobMu.Unlock()
-	if err := s.db.Set(jobKey(j.ID), b, s.wo); err != nil {
+	s.mu.RLock()
+	old, exists := s.jobs[j.ID]
+	n, meta := len(s.jobs), s.metaBytes
+	s.mu.RUnlock()
+	switch {
+	case !exists && n >= s.opt.MaxJobs:
+		return fmt.Errorf("%w: %d jobs are registered, the limit (-max-jobs) is %d; delete finished jobs (DELETE /api/v1/jobs/{id}) or set a retention", ErrTooManyJobs, n, s.opt.MaxJobs)
+	case meta-int64(len(old))+int64(len(b)) > s.opt.MaxMetaBytes:
+		return fmt.Errorf("%w: job metadata would take %d bytes, the limit is %d; delete finished jobs or set a retention", ErrTooManyJobs, meta-int64(len(old))+int64(len(b)), s.opt.MaxMetaBytes)
+	}
+	if err := s.writable(int64(len(b))); err != nil {
+		return err
+	}
+	if err := s.guard(func() error { return s.db.Set(jobKey(j.ID), b, s.wo) }); err != nil {
 		return fmt.Errorf("store: put job %q: %w", j.ID, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.jobs[j.ID] = b
+	s.metaBytes += int64(len(b) - len(old))
 	s.dims[j.ID] = jobDims(j.WorldSize, j.Accumulation)
 	if _, ok := s.stats[j.ID]; !ok {
 		s.stats[j.ID] = emptyStats
@@ -318,14 +554,29 @@ func (s *Store) hasJob(id string) bool {
 
 // pebbleLogger routes Pebble's logging into slog. Pebble's Infof is chatty
 // (flushes, compactions), so it goes to Debug.
-type pebbleLogger struct{ l *slog.Logger }
+type pebbleLogger struct {
+	l       *slog.Logger
+	onFatal func(msg string)
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) { p.l.Debug(fmt.Sprintf(format, args...)) }
 
+// fatalPanic is the panic value of Fatalf, recognized by Store.guard.
+// It is an error so an unrecovered panic prints the message.
+type fatalPanic struct{ msg string }
+
+func (f fatalPanic) Error() string { return f.msg }
+
 // Fatalf must not return (Pebble relies on it); panic rather than exit so
-// an embedding process can still report the failure.
+// an embedding process can still report the failure, and so a write on
+// one of our goroutines can recover it (Store.guard). On a Pebble
+// background goroutine the panic ends the process; the free-space reserve
+// exists so that a full disk never gets here (space.go).
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error("pebble fatal", "msg", msg)
-	panic("store: pebble fatal: " + msg)
+	if p.onFatal != nil {
+		p.onFatal(msg)
+	}
+	panic(fatalPanic{"store: pebble fatal: " + msg})
 }

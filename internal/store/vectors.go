@@ -2,10 +2,12 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 
@@ -66,6 +68,13 @@ func (s *Store) AppendMany(batches []Batch) error {
 	if total == 0 {
 		return nil
 	}
+	need := int64(0)
+	for _, e := range enc {
+		need += int64(len(e.keys) + len(e.vals))
+	}
+	if err := s.writable(need); err != nil {
+		return err
+	}
 	pb := s.db.NewBatch()
 	for _, e := range enc {
 		for _, i := range e.order {
@@ -80,20 +89,34 @@ func (s *Store) AppendMany(batches []Batch) error {
 	// the memtable apply. Serialized so each writer sees the previous
 	// writer's keys when counting distinct vectors.
 	s.wmu.Lock()
-	next, err := s.nextStats(enc)
+	var err error
+	for _, e := range enc {
+		// DeleteJob (which holds wmu) may have run since phase 1: never
+		// write vectors, or stats, for a job that is gone.
+		if !s.hasJob(e.job) {
+			err = notFound(e.job)
+			break
+		}
+	}
+	var next map[string]JobStats
+	if err == nil {
+		next, err = s.nextStats(enc)
+	}
+	now := time.Now().UnixMilli()
 	if err == nil {
 		for id, st := range next {
-			if err = pb.Set(statsKey(id), encodeStats(st), nil); err != nil {
+			if err = pb.Set(statsKey(id), encodeStats(st, now), nil); err != nil {
 				break
 			}
 		}
 	}
 	if err == nil {
-		if s.wo.Sync {
-			err = s.db.ApplyNoSyncWait(pb, s.wo)
-		} else {
-			err = s.db.Apply(pb, s.wo)
-		}
+		err = s.guard(func() error {
+			if s.wo.Sync {
+				return s.db.ApplyNoSyncWait(pb, s.wo)
+			}
+			return s.db.Apply(pb, s.wo)
+		})
 	}
 	if err != nil {
 		// The tails may already include this write; rebuild them from
@@ -103,11 +126,15 @@ func (s *Store) AppendMany(batches []Batch) error {
 		}
 		s.wmu.Unlock()
 		// Not closed: after a failed apply Pebble may still own the batch.
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrDiskFull) {
+			return err
+		}
 		return fmt.Errorf("store: append: %w", err)
 	}
 	s.mu.Lock()
 	for id, st := range next {
 		s.stats[id] = st
+		s.lastWrite[id] = now
 	}
 	s.mu.Unlock()
 	s.wmu.Unlock()
@@ -115,7 +142,7 @@ func (s *Store) AppendMany(batches []Batch) error {
 	// Phase 3, no locks: wait for the WAL fsync, shared with any writers
 	// that committed meanwhile.
 	if s.wo.Sync {
-		if err := pb.SyncWait(); err != nil {
+		if err := s.guard(pb.SyncWait); err != nil {
 			return fmt.Errorf("store: append: wal sync: %w", err)
 		}
 	}

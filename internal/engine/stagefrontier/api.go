@@ -16,6 +16,11 @@ type AssembleOptions struct {
 	// job's default schema, leaving out ranks whose group declared
 	// another ordered stage list.
 	Group string
+	// MaxCells, when > 0, bounds the window by what it stores: Add and
+	// Finish fail with *TooLargeError once its steps with data × ranks
+	// carried × effective stages exceed it (the span of steps and the
+	// declared world size cost nothing).
+	MaxCells int64
 }
 
 // Assembler builds a dense stagevec.Window from stage vectors streamed in any
@@ -40,6 +45,11 @@ func (a *Assembler) Add(v *stagevec.Vector) error { return a.add(v) }
 // Finish returns the assembled window with its contract findings. The
 // assembler must not be used afterwards.
 func (a *Assembler) Finish() (*stagevec.Window, error) { return a.finish() }
+
+// LeftOut is, after Finish, how many ranks of the window's group that sent
+// nothing in it the window does not carry (it carries at most
+// MaxAbsentRanks of them; the missing-ranks finding counts them all).
+func (a *Assembler) LeftOut() int { return a.leftOut }
 
 // Analyze runs frontier accounting, the two gain baselines, the five
 // comparison summaries and the labeler on w. w is read only.

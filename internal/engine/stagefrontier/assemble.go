@@ -24,9 +24,38 @@ const (
 	FindingSchema       = "schema"
 )
 
-// Dense windows above this many cells fall back to per-step slabs so an
-// absurd ToStep cannot make the assembler reserve terabytes.
-const maxBoundedCells = 1 << 28
+// Dense windows above this many cells (128 MiB of durations) fall back to
+// per-step slabs whose ranks are placed as they first report, so neither
+// an absurd ToStep nor a huge declared world makes the assembler reserve
+// memory for cells nobody stored (issue 6 D1, D2b).
+const maxBoundedCells = 1 << 24
+
+// maxBoundedRanks: groups above this many declared ranks always place
+// ranks lazily, so their windows cost the ranks that report (D2b).
+const maxBoundedRanks = 1 << 14
+
+// MaxAbsentRanks bounds how many of a window's ranks that sent nothing in
+// it the window still carries (as rows without cells): enough to list
+// them and to gate the distributed labels on missing ranks, while a job
+// declaring 2^20 ranks of which six report costs six ranks, not a million
+// (issue 6 D2b). The others are counted in the missing-ranks finding and
+// by Assembler.LeftOut.
+const MaxAbsentRanks = 64
+
+// TooLargeError: the window stores more cells than AssembleOptions.MaxCells
+// (steps with data × ranks carried × effective stages).
+type TooLargeError struct {
+	Steps, Ranks, Stages int
+	Limit                int64
+}
+
+// Cells is the window's size when the limit was crossed.
+func (e *TooLargeError) Cells() int64 { return int64(e.Steps) * int64(e.Ranks) * int64(e.Stages) }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("stagefrontier: the window stores at least %d steps × %d ranks × %d stages = %d cells, over the limit of %d",
+		e.Steps, e.Ranks, e.Stages, e.Cells(), e.Limit)
+}
 
 // slab is the storage of one step: views into the dense window arrays in
 // bounded mode, or its own arrays when the window is open-ended.
@@ -47,9 +76,23 @@ type asm struct {
 	job     *signal.Job
 	schema  signal.Schema // the window's ordered stage list
 	hash    string        // its order hash
-	members []signal.Rank // the window's ranks, ascending global rank id
+	group   string        // the role group ("" every rank)
+	members []signal.Rank // the window's ranks by position: ascending global rank id, or (lazy) first-report order
 	pos     []int32       // global rank → window position, −1 outside; nil: identity
 	lo, hi  int64
+
+	// Lazy placement (open mode): a rank gets a position when it first
+	// reports, so storage follows the ranks that sent data.
+	lazy      bool
+	lazyPos   map[int]int32 // global rank → position, −1 outside the group
+	unjoined  string        // the role group of ranks that never joined
+	groupSize int           // ranks of the window's group, placed or not
+	seen      []bool        // per position: reported a vector inside the window
+	nSeen     int
+	usedSteps int
+	maxCells  int64
+	leftOut   int // silent ranks not carried (MaxAbsentRanks), after finish
+
 	R, G, K int // ranks, schema stages, accumulation factor
 	S       int // effective stages K*G
 	words   int // uint64 words of micro mask per cell
@@ -98,7 +141,7 @@ func (a *asm) init(job *signal.Job, opt AssembleOptions) {
 	if a.lo < 0 {
 		a.lo = 0
 	}
-	a.R = len(a.members)
+	a.maxCells = opt.MaxCells
 	a.G = len(a.schema.Stages)
 	a.K = max(job.Accumulation, 1)
 	a.S = a.K * a.G
@@ -106,18 +149,19 @@ func (a *asm) init(job *signal.Job, opt AssembleOptions) {
 	a.dataIdx = a.schema.Index(stagevec.StageData)
 	a.probeV = make([][]float64, len(a.schema.Probes))
 	a.probeS = make([][]bool, len(a.schema.Probes))
-	if a.R < 1 {
-		a.err = &signal.FieldError{Field: "world_size", Msg: "must be >= 1"}
-		return
-	}
 	if a.hi < a.lo {
 		a.err = &signal.FieldError{Field: "to_step", Msg: fmt.Sprintf("%d is before from_step %d", a.hi, a.lo)}
 		return
 	}
-	span := uint64(a.hi - a.lo)
-	if a.hi != math.MaxInt64 && span < maxBoundedCells && (span+1)*uint64(a.R*a.S) <= maxBoundedCells {
+	span := uint64(a.hi - a.lo) // hi >= lo >= 0: no overflow
+	if a.hi != math.MaxInt64 && span < maxBoundedCells && a.groupSize <= maxBoundedRanks && (span+1)*uint64(a.groupSize)*uint64(a.S) <= maxBoundedCells {
+		a.placeAll()
+		a.R = len(a.members)
+		a.seen = make([]bool, a.R)
 		a.initBounded(int(span + 1))
 	} else {
+		a.lazy = true
+		a.lazyPos = make(map[int]int32)
 		a.open = make(map[int64]*slab)
 	}
 }
@@ -132,25 +176,84 @@ func (a *asm) selectGroup(g string) {
 		a.err = &signal.FieldError{Field: "world_size", Msg: fmt.Sprintf("must be in [1, %d], got %d", signal.MaxWorldSize, job.WorldSize)}
 		return
 	}
+	a.group = g
 	a.schema = job.Schema
 	if g != "" {
 		a.schema = job.GroupSchema(g)
-		a.pos = make([]int32, job.WorldSize)
 	}
 	if err := a.schema.Validate(); err != nil {
 		a.err = err
 		return
 	}
 	a.hash = a.schema.OrderHash()
-	var groups []string
+	// The group's size from the joined ranks alone (O(joined), not
+	// O(world)): ranks that never joined share one group.
+	a.groupSize = job.WorldSize
 	if g != "" {
+		a.unjoined = unjoinedGroup(job)
+		joined, in := 0, 0
+		for _, rk := range job.Ranks {
+			if rk.Rank >= 0 && rk.Rank < job.WorldSize {
+				joined++
+				if rk.Role.Group() == g {
+					in++
+				}
+			}
+		}
+		a.groupSize = in
+		if a.unjoined == g {
+			a.groupSize += job.WorldSize - joined
+		}
+	}
+	if a.groupSize == 0 {
+		a.err = &signal.FieldError{Field: "group", Msg: fmt.Sprintf("role group %q has no ranks", g)}
+	}
+}
+
+// unjoinedGroup is the role group of the job's ranks that never joined
+// ("" when every rank joined): GroupOf the first rank missing from the
+// rank-ordered joined list.
+func unjoinedGroup(job *signal.Job) string {
+	r := 0
+	for _, rk := range job.Ranks {
+		if rk.Rank > r {
+			break
+		}
+		if rk.Rank == r {
+			r++
+		}
+	}
+	if r >= job.WorldSize {
+		return ""
+	}
+	return job.GroupOf(r)
+}
+
+// inGroup reports whether global rank r belongs to the window's group.
+func (a *asm) inGroup(r int) bool {
+	if a.group == "" {
+		return true
+	}
+	if rk, ok := a.job.RankInfo(r); ok {
+		return rk.Role.Group() == a.group
+	}
+	return a.unjoined == a.group
+}
+
+// placeAll gives every rank of the group its position up front, in rank
+// order (bounded mode: the dense arrays are indexed by it).
+func (a *asm) placeAll() {
+	job := a.job
+	var groups []string
+	if a.group != "" {
 		groups = job.Grouping()
+		a.pos = make([]int32, job.WorldSize)
 	}
 	for r := 0; r < job.WorldSize; r++ {
 		rk, _ := job.RankInfo(r)
 		rk.Schema = nil
-		if g != "" {
-			if groups[r] != g {
+		if a.group != "" {
+			if groups[r] != a.group {
 				a.pos[r] = -1
 				continue
 			}
@@ -158,9 +261,86 @@ func (a *asm) selectGroup(g string) {
 		}
 		a.members = append(a.members, rk)
 	}
-	if len(a.members) == 0 {
-		a.err = &signal.FieldError{Field: "group", Msg: fmt.Sprintf("role group %q has no ranks", g)}
+}
+
+// position returns rank r's window position: −1 outside the group, −2 a
+// member not placed yet (lazy mode).
+func (a *asm) position(r int) int {
+	if !a.lazy {
+		if a.pos == nil {
+			return r
+		}
+		return int(a.pos[r])
 	}
+	if p, ok := a.lazyPos[r]; ok {
+		return int(p)
+	}
+	if !a.inGroup(r) {
+		a.lazyPos[r] = -1
+		return -1
+	}
+	return -2
+}
+
+// place gives member r the next position (lazy mode).
+func (a *asm) place(r int) int {
+	rk, _ := a.job.RankInfo(r)
+	rk.Schema = nil
+	p := len(a.members)
+	a.members = append(a.members, rk)
+	a.lazyPos[r] = int32(p)
+	a.seen = append(a.seen, false)
+	a.R++
+	return p
+}
+
+// fit grows a lazy-mode slab to the ranks placed so far; rows of ranks
+// placed after the slab was made are empty.
+func (a *asm) fit(sl *slab) {
+	n := a.R - len(sl.present)
+	if n <= 0 {
+		return
+	}
+	sl.d = append(sl.d, make([]float64, n*a.S)...)
+	sl.wall = append(sl.wall, make([]float64, n)...)
+	sl.clos = append(sl.clos, make([]float64, n)...)
+	sl.present = append(sl.present, make([]bool, n)...)
+	if sl.dataSeen != nil {
+		sl.dataSeen = append(sl.dataSeen, make([]bool, n)...)
+	}
+	if a.K > 1 {
+		sl.micro = append(sl.micro, make([]uint64, n*a.words)...)
+	}
+	for p := range sl.probeV {
+		if sl.probeV[p] != nil {
+			sl.probeV[p] = append(sl.probeV[p], nanSlice(n)...)
+			sl.probeS[p] = append(sl.probeS[p], make([]bool, n)...)
+		}
+	}
+}
+
+// carried is how many ranks the window will hold with nSeen ranks seen:
+// those plus at most MaxAbsentRanks silent ones.
+func (a *asm) carried() int { return a.nSeen + min(MaxAbsentRanks, a.groupSize-a.nSeen) }
+
+// overLimit checks the stored size against MaxCells.
+func (a *asm) overLimit() error {
+	if a.maxCells <= 0 {
+		return nil
+	}
+	if e := (&TooLargeError{Steps: a.usedSteps, Ranks: a.carried(), Stages: a.S, Limit: a.maxCells}); e.Cells() > a.maxCells {
+		a.err = e
+		return e
+	}
+	return nil
+}
+
+func nanSlice(n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = math.NaN()
+	}
+	return v
 }
 
 // initBounded reserves the dense arrays up front: untouched pages of a large
@@ -198,6 +378,7 @@ func (a *asm) slabFor(step int64) *slab {
 		return &a.slabs[step-a.lo]
 	}
 	if sl := a.open[step]; sl != nil {
+		a.fit(sl)
 		return sl
 	}
 	R := a.R
@@ -266,11 +447,9 @@ func (a *asm) add(v *stagevec.Vector) error {
 	if err := v.Validate(a.job); err != nil {
 		return err
 	}
-	r := v.Rank
-	if a.pos != nil {
-		if r = int(a.pos[r]); r < 0 {
-			return nil // another role group's vector
-		}
+	r := a.position(v.Rank)
+	if r == -1 {
+		return nil // another role group's vector
 	}
 	if len(a.job.Groups) > 0 && a.job.SchemaFor(v.Rank).OrderHash() != a.hash {
 		a.otherGroup++ // its durations follow another stage order
@@ -280,11 +459,17 @@ func (a *asm) add(v *stagevec.Vector) error {
 	if a.dataIdx >= 0 {
 		lead = v.DataLead
 	}
-	target := v.Step + int64(lead)
+	target := v.Step
+	if lead > 0 && v.Step <= math.MaxInt64-int64(lead) { // never wraps
+		target += int64(lead)
+	}
 	own := a.inWindow(v.Step)
-	landed := lead > 0 && a.inWindow(target)
+	landed := lead > 0 && target != v.Step && a.inWindow(target)
 	if !own && !landed {
 		return nil
+	}
+	if r == -2 {
+		r = a.place(v.Rank)
 	}
 	if lead > 0 && !a.prefetch {
 		a.enablePrefetch()
@@ -317,7 +502,17 @@ func (a *asm) add(v *stagevec.Vector) error {
 			}
 			return nil
 		}
+		if !sl.any {
+			a.usedSteps++
+		}
+		if !a.seen[r] {
+			a.seen[r] = true
+			a.nSeen++
+		}
 		sl.present[r], sl.any = true, true
+		if err := a.overLimit(); err != nil {
+			return err
+		}
 		row := sl.d[base : base+G]
 		for g := 0; g < G-1; g++ {
 			if g == a.dataIdx {
@@ -408,17 +603,26 @@ func (a *asm) finish() (*stagevec.Window, error) {
 	if len(used) == 0 {
 		return nil, fmt.Errorf("stagefrontier: no stage vectors in window [%d, %s]", a.lo, stepStr(a.hi))
 	}
-	T, R, S := len(used), a.R, a.S
+	if err := a.overLimit(); err != nil {
+		return nil, err
+	}
+	keep, missing := a.rows()
+	T, R, S := len(used), len(keep), a.S
 	steps := make([]int64, T)
 	for i, sl := range used {
 		steps[i] = sl.step
 	}
-	w := &stagevec.Window{JobID: a.job.ID, Schema: a.schema, Ranks: a.members, Steps: steps}
+	ranks := make([]signal.Rank, R)
+	for i, k := range keep {
+		ranks[i] = k.rank
+	}
+	w := &stagevec.Window{JobID: a.job.ID, Schema: a.schema, Ranks: ranks, Steps: steps}
 	w.Stages, w.Group = expandStages(a.schema.Stages, a.K)
-	w.Findings = a.findings(used)
+	w.Findings = a.findings(used, missing, R)
 
-	if a.bounded {
-		// Compact used steps to the front in place; copy handles overlap.
+	if a.bounded && R == a.R {
+		// Every rank is carried in position order: compact used steps to
+		// the front in place; copy handles overlap.
 		for i, sl := range used {
 			j := int(sl.step - a.lo)
 			if i != j {
@@ -441,26 +645,33 @@ func (a *asm) finish() (*stagevec.Window, error) {
 			}
 		}
 	} else {
+		// Gather the carried rows; a rank without a row (never placed, or
+		// placed after the slab was filled) stays empty.
 		w.D, w.Wall, w.Closure, w.Present = make([]float64, T*R*S), make([]float64, T*R), make([]float64, T*R), make([]bool, T*R)
 		for i, sl := range used {
-			copy(w.D[i*R*S:], sl.d)
-			copy(w.Wall[i*R:], sl.wall)
-			copy(w.Closure[i*R:], sl.clos)
-			copy(w.Present[i*R:], sl.present)
+			for j, k := range keep {
+				src := int(k.pos)
+				if src < 0 || src >= len(sl.present) {
+					continue
+				}
+				c := i*R + j
+				copy(w.D[c*S:(c+1)*S], sl.d[src*S:(src+1)*S])
+				w.Wall[c], w.Closure[c], w.Present[c] = sl.wall[src], sl.clos[src], sl.present[src]
+			}
 			for p, name := range a.schema.Probes {
 				if sl.probeV[p] == nil {
 					continue
 				}
 				col := w.Probes[name]
 				if col == nil {
-					col = &stagevec.ProbeColumn{Value: make([]float64, T*R), Sampled: make([]bool, T*R)}
-					for k := range col.Value {
-						col.Value[k] = math.NaN()
-					}
+					col = &stagevec.ProbeColumn{Value: nanSlice(T * R), Sampled: make([]bool, T*R)}
 					w.Probes = setProbe(w.Probes, name, col)
 				}
-				copy(col.Value[i*R:], sl.probeV[p])
-				copy(col.Sampled[i*R:], sl.probeS[p])
+				for j, k := range keep {
+					if src := int(k.pos); src >= 0 && src < len(sl.probeV[p]) {
+						col.Value[i*R+j], col.Sampled[i*R+j] = sl.probeV[p][src], sl.probeS[p][src]
+					}
+				}
 			}
 		}
 	}
@@ -473,6 +684,86 @@ func (a *asm) finish() (*stagevec.Window, error) {
 	return w, nil
 }
 
+// keptRow is one rank the window carries and its position in the slabs
+// (−1: a silent rank never placed, whose row stays empty).
+type keptRow struct {
+	rank signal.Rank
+	pos  int32
+}
+
+// rows picks the ranks the window carries, in ascending rank order: every
+// rank that reported inside it and at most MaxAbsentRanks silent ones
+// (the lowest ids). missing lists the first silent rank ids (enough for
+// the finding) and counts them all.
+func (a *asm) rows() (keep []keptRow, missing silent) {
+	missing.n = a.groupSize - a.nSeen
+	keep = make([]keptRow, 0, a.carried())
+	absent := 0
+	addSilent := func(rk signal.Rank, pos int32) {
+		if len(missing.first) < missingListed {
+			missing.first = append(missing.first, rk.Rank)
+		}
+		if absent < MaxAbsentRanks {
+			keep = append(keep, keptRow{rk, pos})
+			absent++
+		}
+	}
+	if !a.lazy {
+		for p, rk := range a.members {
+			if a.seen[p] {
+				keep = append(keep, keptRow{rk, int32(p)})
+			} else {
+				addSilent(rk, int32(p))
+			}
+		}
+		a.leftOut = missing.n - absent
+		return keep, missing
+	}
+	// Lazy: the placed ranks in rank order, merged with the silent members
+	// never placed, found by walking rank ids only as far as needed.
+	placed := make([]int32, len(a.members))
+	for i := range placed {
+		placed[i] = int32(i)
+	}
+	slices.SortFunc(placed, func(x, y int32) int { return cmp.Compare(a.members[x].Rank, a.members[y].Rank) })
+	for r, i := 0, 0; r < a.job.WorldSize; {
+		if i < len(placed) && a.members[placed[i]].Rank == r {
+			p := placed[i]
+			if a.seen[p] {
+				keep = append(keep, keptRow{a.members[p], p})
+			} else {
+				addSilent(a.members[p], p)
+			}
+			i, r = i+1, r+1
+			continue
+		}
+		if absent >= MaxAbsentRanks { // the silent ones from here are only counted
+			if i == len(placed) {
+				break
+			}
+			r = a.members[placed[i]].Rank
+			continue
+		}
+		if a.inGroup(r) {
+			rk, _ := a.job.RankInfo(r)
+			rk.Schema = nil
+			addSilent(rk, -1)
+		}
+		r++
+	}
+	a.leftOut = missing.n - absent
+	return keep, missing
+}
+
+// silent is the ranks of a window's group that sent nothing in it.
+type silent struct {
+	n     int
+	first []int
+}
+
+// missingListed is how many silent rank ids the missing-ranks finding names.
+const missingListed = 16
+
 func setProbe(m map[string]*stagevec.ProbeColumn, name string, c *stagevec.ProbeColumn) map[string]*stagevec.ProbeColumn {
 	if m == nil {
 		m = map[string]*stagevec.ProbeColumn{}
@@ -481,23 +772,24 @@ func setProbe(m map[string]*stagevec.ProbeColumn, name string, c *stagevec.Probe
 	return m
 }
 
-// findings runs the assembly-time contract checks of App. A Table 11.
-func (a *asm) findings(used []*slab) []stagevec.Finding {
+// findings runs the assembly-time contract checks of App. A Table 11 over
+// the placed ranks; missing are the group's silent ranks, carried the
+// ranks the window holds.
+func (a *asm) findings(used []*slab, missing silent, carried int) []stagevec.Finding {
 	var out []stagevec.Finding
 	add := func(check, format string, args ...any) {
 		out = append(out, stagevec.Finding{Check: check, Detail: fmt.Sprintf(format, args...)})
 	}
-	R := a.R
-	seen := make([]bool, R)
-	missingCells, incomplete, fetchedOutside := 0, 0, 0
+	partial, incomplete, fetchedOutside := 0, 0, 0
 	var firstOutside int64 = -1
 	for _, sl := range used {
-		for r := 0; r < R; r++ {
-			if !sl.present[r] {
-				missingCells++
+		for r := 0; r < a.R; r++ {
+			if r >= len(sl.present) || !sl.present[r] {
+				if a.seen[r] {
+					partial++ // a rank that reported elsewhere in the window
+				}
 				continue
 			}
-			seen[r] = true
 			if a.K > 1 && !fullMask(sl.micro[r*a.words:(r+1)*a.words], a.K) {
 				incomplete++
 			}
@@ -509,16 +801,18 @@ func (a *asm) findings(used []*slab) []stagevec.Finding {
 			}
 		}
 	}
-	var missing []int
-	for r, ok := range seen {
-		if !ok {
-			missing = append(missing, a.members[r].Rank)
+	if missing.n > 0 {
+		list := intList(missing.first, missingListed)
+		if more := missing.n - len(missing.first); more > 0 {
+			list += fmt.Sprintf(", … (%d more)", more)
 		}
+		d := fmt.Sprintf("%d of %d ranks sent nothing in the window: %s", missing.n, a.groupSize, list)
+		if a.leftOut > 0 {
+			d += fmt.Sprintf("; the window carries %d of them, the other %d are only counted", missing.n-a.leftOut, a.leftOut)
+		}
+		add(FindingMissingRanks, "%s", d)
 	}
-	if len(missing) > 0 {
-		add(FindingMissingRanks, "%d of %d ranks sent nothing in the window: %s", len(missing), R, intList(missing, 16))
-	}
-	if partial := missingCells - len(missing)*len(used); partial > 0 {
+	if partial > 0 {
 		add(FindingMissingCells, "%d (step,rank) cells of present ranks are missing", partial)
 	}
 	if a.dups > 0 {

@@ -115,7 +115,36 @@ func checkWindow(w *stagevec.Window) (k int, err error) {
 			return 0, &signal.FieldError{Field: "probes", Msg: fmt.Sprintf("probe %q column must have %d cells", name, T*R)}
 		}
 	}
+	// Sums over a window (steps × ranks × stages) and ratios of them must
+	// stay finite: a cell beyond ±MaxCellMS (1e308 stored by an older
+	// version, or a window built without the assembler) is refused here
+	// rather than overflowing into an infinite total (issue 6 D5).
+	for _, c := range []struct {
+		name string
+		xs   []float64
+	}{{"d", w.D}, {"wall", w.Wall}, {"closure", w.Closure}} {
+		if i := outOfRange(c.xs); i >= 0 {
+			return 0, &signal.FieldError{Field: c.name, Msg: fmt.Sprintf("value %d is %v: must be finite and within ±%g ms", i, c.xs[i], MaxCellMS)}
+		}
+	}
 	return k, nil
+}
+
+// MaxCellMS bounds a window's cell durations, wall and closure times: 1e12
+// ms (31 years), far above any real step (ingest takes at most a day per
+// value) and far enough below float64's range that sums over any window
+// stay finite.
+const MaxCellMS = 1e12
+
+// outOfRange returns the index of the first value that is not finite or
+// beyond ±MaxCellMS, or −1.
+func outOfRange(xs []float64) int {
+	for i, x := range xs {
+		if !(x >= -MaxCellMS && x <= MaxCellMS) { // also NaN
+			return i
+		}
+	}
+	return -1
 }
 
 // roleGroups counts the role groups (signal.Role.Group) among reporting

@@ -1,6 +1,8 @@
 package stagefrontier
 
 import (
+	"encoding/binary"
+	"encoding/json"
 	"math"
 	"testing"
 
@@ -49,6 +51,55 @@ func FuzzAssembleAnalyze(f *testing.F) {
 		}
 		if len(rep.Labels) == 0 || rep.Labels[0].Name != LabelFrontierAccounting {
 			t.Fatalf("labels %v", rep.Labels)
+		}
+	})
+}
+
+// FuzzAnalyzeAnyValues feeds Analyze a window built directly — bypassing
+// the assembler's validation — with arbitrary float64 bits in every cell,
+// wall and closure (NaN, ±Inf, 1e308, negatives) and arbitrary ascending
+// int64 steps: Analyze never panics, and either refuses the window or
+// returns a report that JSON-encodes (issue 6 D5).
+func FuzzAnalyzeAnyValues(f *testing.F) {
+	f.Add(uint8(2), uint8(3), []byte{0, 0, 0, 0, 0, 0, 0x40, 0x59})
+	f.Add(uint8(1), uint8(2), binary.LittleEndian.AppendUint64(nil, math.Float64bits(1e308)))
+	f.Add(uint8(3), uint8(1), binary.LittleEndian.AppendUint64(nil, math.Float64bits(math.MaxFloat64)))
+	f.Fuzz(func(t *testing.T, rr, tt uint8, data []byte) {
+		R, T := 1+int(rr%4), 1+int(tt%4)
+		w := denseWindow(T, R)
+		next := func(i int) float64 {
+			if len(data) < 8 {
+				return 1
+			}
+			j := (8 * i) % (len(data) - 7)
+			return math.Float64frombits(binary.LittleEndian.Uint64(data[j:]))
+		}
+		k := 0
+		for i := range w.D {
+			w.D[i] = next(k)
+			k++
+		}
+		for i := range w.Wall {
+			w.Wall[i], w.Closure[i] = next(k), next(k+1)
+			k += 2
+		}
+		step := int64(0)
+		for i := range w.Steps {
+			if i > 0 {
+				step += 1 + int64(uint64(math.Float64bits(next(k)))%(1<<62))
+				if step < 0 {
+					return
+				}
+				k++
+			}
+			w.Steps[i] = step
+		}
+		rep, err := Analyze(w, DefaultConfig())
+		if err != nil {
+			return
+		}
+		if _, err := json.Marshal(rep); err != nil {
+			t.Fatalf("report does not encode: %v", err)
 		}
 	})
 }

@@ -40,8 +40,8 @@ func (a *analyzer) quality() Quality {
 			continue
 		}
 		if wall[r] > 0 {
-			q.MaxClosureShare = max(q.MaxClosureShare, res[r]/wall[r])
-			q.MaxOverlapShare = max(q.MaxOverlapShare, ovl[r]/wall[r])
+			q.MaxClosureShare = max(q.MaxClosureShare, capRatio(res[r]/wall[r]))
+			q.MaxOverlapShare = max(q.MaxOverlapShare, capRatio(ovl[r]/wall[r]))
 		} else if ovl[r] > 0 {
 			q.MaxOverlapShare = 1
 		}
@@ -53,6 +53,18 @@ func (a *analyzer) quality() Quality {
 		q.EventReadyRatio = float64(ev.ready) / float64(ev.samples)
 	}
 	return q
+}
+
+// maxRatio caps a share whose denominator is a vanishing but positive
+// wall time (a valid 5e-324 ms): it reads as "dominates", never as +Inf,
+// which a report cannot encode (issue 6 D5).
+const maxRatio = 1e12
+
+func capRatio(x float64) float64 {
+	if !(x <= maxRatio) { // also NaN
+		return maxRatio
+	}
+	return x
 }
 
 // eventStats is the forward CUDA-event side channel (§5) over a set of

@@ -13,6 +13,8 @@ func validJob() *signal.Job {
 	return &signal.Job{ID: "job-1", WorldSize: 4, Schema: DefaultSchema()}
 }
 
+// TestVectorValidate includes the D5 regression cases (huge finite values
+// and counters are refused, naming the field).
 func TestVectorValidate(t *testing.T) {
 	j := validJob()
 	j.Accumulation = 2
@@ -38,6 +40,19 @@ func TestVectorValidate(t *testing.T) {
 		{"undeclared probe", func(v *Vector) { v.Probes = map[string]Probe{"x": {}} }, "probes"},
 		{"negative ready probe", func(v *Vector) { v.Probes = map[string]Probe{ProbeForwardCUDA: {Value: -1, Ready: true}} }, "probes"},
 		{"not-ready probe value ignored", func(v *Vector) { v.Probes = map[string]Probe{ProbeForwardCUDA: {Value: -1}} }, ""},
+		// D5: huge finite values and out-of-range counters.
+		{"huge duration", func(v *Vector) { v.Durations[0] = 1e308 }, "durations_ms"},
+		{"duration just over a day", func(v *Vector) { v.Durations[0] = MaxDurationMS + 1 }, "durations_ms"},
+		{"duration of exactly a day", func(v *Vector) { v.Durations[0] = MaxDurationMS; v.WallMS = MaxDurationMS }, ""},
+		{"huge wall", func(v *Vector) { v.WallMS = 1e308 }, "wall_ms"},
+		{"step beyond MaxStep", func(v *Vector) { v.Step = MaxStep + 1 }, "step"},
+		{"step 2^62", func(v *Vector) { v.Step = 1 << 62 }, "step"},
+		{"step at MaxStep", func(v *Vector) { v.Step = MaxStep }, ""},
+		{"huge drops", func(v *Vector) { v.Dropped = math.MaxInt64 }, "dropped"},
+		{"huge nested", func(v *Vector) { v.Nested = math.MaxInt }, "nested"},
+		{"huge ready probe", func(v *Vector) { v.Probes = map[string]Probe{ProbeForwardCUDA: {Value: 1e308, Ready: true}} }, "probes"},
+		{"NaN not-ready probe", func(v *Vector) { v.Probes = map[string]Probe{ProbeForwardCUDA: {Value: math.NaN()}} }, "probes"},
+		{"huge not-ready probe", func(v *Vector) { v.Probes = map[string]Probe{ProbeForwardCUDA: {Value: -1e308}} }, "probes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -85,5 +100,38 @@ func TestWindowLayout(t *testing.T) {
 	}
 	if !strings.Contains((&signal.FieldError{Field: "f", Msg: "m"}).Error(), "f: m") {
 		t.Fatal("FieldError text")
+	}
+}
+
+// TestD5_HugeValuesRejected: 1e308 passed Validate before value bounds.
+func TestD5_HugeValuesRejected(t *testing.T) {
+	v := &Vector{Step: 1, Rank: 0, Durations: []float64{1e308, 2, 3, 4, 5}, WallMS: 1e308}
+	err := v.Validate(validJob())
+	var fe *signal.FieldError
+	if !errors.As(err, &fe) || fe.Field != "durations_ms" || !strings.Contains(fe.Msg, "86400000") {
+		t.Fatalf("err = %v, want a durations_ms error naming the one-day bound", err)
+	}
+	long := &Vector{Step: 1, Rank: 0, Durations: []float64{1, 2, 3, 4, 5}, WallMS: 15, Probes: map[string]Probe{strings.Repeat("p", 1<<20): {}}}
+	if err := long.Validate(validJob()); err == nil || len(err.Error()) > 200 {
+		t.Fatalf("undeclared 1 MiB probe name: error of %d bytes, want a short one", len(err.Error()))
+	}
+}
+
+func TestStepRange(t *testing.T) {
+	cases := []struct {
+		first, last, lo, hi int64
+	}{
+		{0, 0, 0, MinStepSlack},           // a fresh job
+		{0, 1000, 0, 1000 + MinStepSlack}, // short history: the absolute allowance
+		{1 << 30, 1<<30 + 1<<26 - 1, 1<<30 - 8<<26, 1<<30 + 1<<26 - 1 + 8<<26}, // long history: 8× its span
+		{MaxStep - 5, MaxStep, MaxStep - 5 - MinStepSlack, MaxStep},            // capped at MaxStep
+		{1 << 62, 1<<63 - 1, MaxStep - MinStepSlack, MaxStep},                  // a store from before MaxStep: clamped, no overflow
+		{-5, -1, 0, MinStepSlack},                                              // never below 0
+	}
+	for _, c := range cases {
+		lo, hi := StepRange(c.first, c.last)
+		if lo != c.lo || hi != c.hi {
+			t.Errorf("StepRange(%d, %d) = [%d, %d], want [%d, %d]", c.first, c.last, lo, hi, c.lo, c.hi)
+		}
 	}
 }

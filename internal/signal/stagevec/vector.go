@@ -51,10 +51,32 @@ type Vector struct {
 	OrderHash string `json:"order_hash,omitempty"`
 }
 
+// Value bounds. Every stored value must stay meaningful to the analysis,
+// whose sums (a step's stage total, a window's drop count, a window's
+// step span to−from+1) must never overflow or turn into ±Inf.
+const (
+	// MaxDurationMS bounds a duration (a stage, a step wall time, a probe
+	// sample): one day. No optimizer step of a job worth diagnosing takes
+	// longer, and sums of even millions of such values stay exact enough
+	// and far below float64's range, unlike a client's 1e308 (D5).
+	MaxDurationMS = 86_400_000.0
+	// MaxStep bounds a step id: 2^48 (2.8e14). Steps count optimizer
+	// steps; no run gets near this (a million steps a second for eight
+	// years), and it even admits a millisecond timestamp used as a step.
+	// It is exactly representable as a float64 (the UI and Python read
+	// steps as doubles), and window arithmetic on it (to−from+1, sums of
+	// step counts) stays 2^15 times below int64 overflow (D1, D12).
+	MaxStep = int64(1) << 48
+	// MaxCount bounds the per-vector counters dropped and nested: 2^40.
+	// A window sums them over at most a few million vectors, so the sums
+	// stay below int64 overflow.
+	MaxCount = int64(1) << 40
+)
+
 // Validate checks a vector against its job and names the offending field.
 func (v *Vector) Validate(j *signal.Job) error {
-	if v.Step < 0 {
-		return signal.FieldErrorf("step", "must be >= 0, got %d", v.Step)
+	if v.Step < 0 || v.Step > MaxStep {
+		return signal.FieldErrorf("step", "must be in [0, %d], got %d", MaxStep, v.Step)
 	}
 	if v.Rank < 0 || v.Rank >= j.WorldSize {
 		return signal.FieldErrorf("rank", "must be in [0, %d), got %d", j.WorldSize, v.Rank)
@@ -73,32 +95,41 @@ func (v *Vector) Validate(j *signal.Job) error {
 		return signal.FieldErrorf("durations_ms", "want %d values (or %d without the residual), got %d", ns, ns-1, len(v.Durations))
 	}
 	for i, d := range v.Durations {
-		if !finiteNonNeg(d) {
-			return signal.FieldErrorf("durations_ms", "value %d (%s) must be finite and >= 0, got %v", i, schema.Stages[i], d)
+		if !ValidDuration(d) {
+			return signal.FieldErrorf("durations_ms", "value %d (%s) must be finite and in [0, %.0f], got %v", i, schema.Stages[i], MaxDurationMS, d)
 		}
 	}
-	if !finiteNonNeg(v.WallMS) {
-		return signal.FieldErrorf("wall_ms", "must be finite and >= 0, got %v", v.WallMS)
+	if !ValidDuration(v.WallMS) {
+		return signal.FieldErrorf("wall_ms", "must be finite and in [0, %.0f], got %v", MaxDurationMS, v.WallMS)
 	}
 	if v.DataLead < 0 || v.DataLead > 1024 {
 		return signal.FieldErrorf("data_lead", "must be in [0, 1024], got %d", v.DataLead)
 	}
-	if v.Dropped < 0 {
-		return signal.FieldErrorf("dropped", "must be >= 0, got %d", v.Dropped)
+	if v.Dropped < 0 || v.Dropped > MaxCount {
+		return signal.FieldErrorf("dropped", "must be in [0, %d], got %d", MaxCount, v.Dropped)
 	}
-	if v.Nested < 0 {
-		return signal.FieldErrorf("nested", "must be >= 0, got %d", v.Nested)
+	if v.Nested < 0 || int64(v.Nested) > MaxCount {
+		return signal.FieldErrorf("nested", "must be in [0, %d], got %d", MaxCount, v.Nested)
 	}
 	for name, p := range v.Probes {
 		if !slices.Contains(schema.Probes, name) {
-			return signal.FieldErrorf("probes", "probe %q is not declared in the job schema", name)
+			return signal.FieldErrorf("probes", "probe %q is not declared in the job schema", signal.Clip(name))
 		}
-		if p.Ready && !finiteNonNeg(p.Value) {
-			return signal.FieldErrorf("probes", "probe %q value must be finite and >= 0, got %v", name, p.Value)
+		switch {
+		case p.Ready && !ValidDuration(p.Value):
+			return signal.FieldErrorf("probes", "probe %q value must be finite and in [0, %.0f], got %v", name, MaxDurationMS, p.Value)
+		case !p.Ready && !(math.Abs(p.Value) <= MaxDurationMS):
+			// A not-ready sample's value is ignored, but it is stored and
+			// exported, so it must still be a finite, sane number.
+			return signal.FieldErrorf("probes", "probe %q (not ready) value must be finite and in [-%.0f, %.0f], got %v", name, MaxDurationMS, MaxDurationMS, p.Value)
 		}
 	}
 	return nil
 }
+
+// ValidDuration reports whether d is a storable duration in ms: finite
+// and in [0, MaxDurationMS].
+func ValidDuration(d float64) bool { return d >= 0 && d <= MaxDurationMS }
 
 // Closure returns the signed closure error e = W − Σ explicit stages and
 // the residual and overlap error derived from it (App. A):
@@ -111,5 +142,3 @@ func Closure(explicit []float64, wall float64) (e, residual, overlap float64) {
 	e = wall - sum
 	return e, math.Max(e, 0), math.Max(-e, 0)
 }
-
-func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 1) && !math.IsNaN(x) }

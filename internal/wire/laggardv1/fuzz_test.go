@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -161,6 +162,62 @@ func FuzzDecodeRank(f *testing.F) {
 		}
 		if err := rk.Validate(job.WorldSize); err != nil {
 			t.Fatalf("decoded rank does not validate: %v", err)
+		}
+	})
+}
+
+// FuzzVectorValues drives both decoders with vectors whose numbers range
+// over every float64 and int64 bit pattern (the byte-valued targets above
+// rarely leave 0–255), so 1e308, subnormals, -0, NaN, ±Inf and the int64
+// edges are all reached. Whatever is accepted must lie within the value
+// bounds, JSON and protobuf must agree on it, and errors stay short.
+func FuzzVectorValues(f *testing.F) {
+	f.Add(math.Float64bits(1), math.Float64bits(2), math.Float64bits(3), math.Float64bits(1.5), uint64(1), uint64(0), false)
+	f.Add(math.Float64bits(1e308), math.Float64bits(-0.0), math.Float64bits(stagevec.MaxDurationMS), math.Float64bits(math.NaN()), uint64(1)<<62, uint64(math.MaxInt64), true)
+	f.Add(math.Float64bits(math.SmallestNonzeroFloat64), math.Float64bits(stagevec.MaxDurationMS+1), math.Float64bits(math.Inf(1)), math.Float64bits(-1), uint64(stagevec.MaxStep), uint64(1)<<63, false)
+	job := testJob()
+	f.Fuzz(func(t *testing.T, d0, d1, wall, probe, step, dropped uint64, ready bool) {
+		v := stagevec.Vector{Step: int64(step), Rank: 1, Durations: []float64{math.Float64frombits(d0), math.Float64frombits(d1), 1, 1, 1}, WallMS: math.Float64frombits(wall),
+			Dropped: int64(dropped), Probes: map[string]stagevec.Probe{stagevec.ProbeForwardCUDA: {Value: math.Float64frombits(probe), Ready: ready}}}
+		pbb, err := EncodeProtoBatch([]stagevec.Vector{v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pvs, perr := DecodeProtoBatch(bytes.NewReader(pbb), job, 0)
+		// JSON cannot carry NaN or ±Inf; write them as the nearest a
+		// client could send (1e999 overflows the parser).
+		num := func(x float64) string {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return "1e999"
+			}
+			return strconv.FormatFloat(x, 'g', -1, 64)
+		}
+		js := `{"vectors":[{"step":` + strconv.FormatInt(v.Step, 10) + `,"rank":1,"durations_ms":[` + num(v.Durations[0]) + `,` + num(v.Durations[1]) +
+			`,1,1,1],"wall_ms":` + num(v.WallMS) + `,"dropped":` + strconv.FormatInt(v.Dropped, 10) +
+			`,"probes":{"` + stagevec.ProbeForwardCUDA + `":{"value_ms":` + num(math.Float64frombits(probe)) + `,"ready":` + strconv.FormatBool(ready) + `}}}]}`
+		jvs, jerr := DecodeJSONBatch(strings.NewReader(js), job, 0)
+		for _, e := range []error{perr, jerr} {
+			if e != nil {
+				checkErr(t, e)
+				if len(e.Error()) > 1024 {
+					t.Fatalf("error of %d bytes", len(e.Error()))
+				}
+			}
+		}
+		if perr == nil {
+			checkValid(t, pvs, job)
+			if jerr != nil && !strings.Contains(js, "1e999") {
+				t.Fatalf("protobuf accepted what JSON refused: %v", jerr)
+			}
+		}
+		if jerr == nil {
+			checkValid(t, jvs, job)
+			if perr != nil {
+				t.Fatalf("JSON accepted what protobuf refused: %v", perr)
+			}
+			if !sameVectors(jvs, pvs) {
+				t.Fatalf("JSON and protobuf disagree:\n%+v\n%+v", jvs, pvs)
+			}
 		}
 	})
 }

@@ -1,51 +1,124 @@
 package laggardv1
 
 import (
-	"encoding/json"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
+
+// JSON bodies are decoded with github.com/go-json-experiment/json (the
+// Go team's prototype of encoding/json/v2) rather than encoding/json:
+//   - its decoder is linear in the input, while encoding/json's
+//     Decoder rescans pending whitespace on every refill, which made a
+//     slowly sent body of whitespace cost quadratic CPU (D6: 13 s for
+//     8 MB);
+//   - it rejects duplicate object names (D13: encoding/json lets the
+//     last one win silently) and reports where, as a JSON Pointer.
+//
+// Bodies are read whole (bounded by the caller's limit, as protobuf
+// bodies always were) and then decoded from memory, so the cost does not
+// depend on how the client chunks its upload.
 
 // MaxBatchVectors bounds one ingest batch. A tiny encoded vector ("{}")
 // decodes to ~100 bytes, so without a count cap the byte limit alone would
 // let a 64 MiB body allocate gigabytes.
 const MaxBatchVectors = 1 << 16
 
+// jsonOpts are the strict decoding options: unknown members are errors;
+// duplicate names and invalid UTF-8 are rejected by jsontext's defaults.
+var jsonOpts = json.JoinOptions(
+	json.RejectUnknownMembers(true),
+	// null leaves a role as it was (unknown), as an omitted role does,
+	// rather than zeroing it to dp/tp/pp/ep 0.
+	json.WithUnmarshalers(json.UnmarshalFromFunc(func(dec *jsontext.Decoder, r *signal.Role) error {
+		if dec.PeekKind() == 'n' {
+			_, err := dec.ReadToken()
+			return err
+		}
+		return json.SkipFunc
+	})),
+)
+
+// bodyBufs recycles body buffers: decoded values never alias the body
+// (strings and slices are copied out), so a buffer is free again once
+// its body is decoded. Buffers grown past maxPooledBuf are dropped rather
+// than kept alive by the pool.
+var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBuf = 1 << 20
+
+// readBody reads all of r, failing with ErrTooLarge past limit bytes
+// (DefaultLimit if limit <= 0), and calls fn with the body. The buffer
+// grows geometrically, so the cost is linear however small the reads
+// are; b is valid only during fn.
+func readBody(r io.Reader, limit int64, fn func(b []byte) error) error {
+	buf := bodyBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBuf {
+			buf.Reset()
+			bodyBufs.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(newLimitReader(r, limit)); err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return err
+		}
+		return &signal.FieldError{Field: "body", Msg: "reading: " + clipMsg(err.Error())}
+	}
+	return fn(buf.Bytes())
+}
+
 // DecodeJSONBatch decodes {"vectors":[StageVector...]} from r, reading at
 // most limit bytes (DefaultLimit if limit <= 0), and validates every vector
-// against job. The body is streamed one vector at a time so an error names
-// the vector's index: vectors[3].durations_ms.
+// against job. Errors name the vector's index: vectors[3].durations_ms.
 func DecodeJSONBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vector, error) {
-	dec := json.NewDecoder(newLimitReader(r, limit))
-	dec.DisallowUnknownFields()
-	if err := expectDelim(dec, '{', ""); err != nil {
+	var vs []stagevec.Vector
+	err := readBody(r, limit, func(b []byte) (err error) {
+		vs, err = UnmarshalJSONBatch(b, job)
+		return err
+	})
+	return vs, err
+}
+
+// UnmarshalJSONBatch is DecodeJSONBatch over an in-memory body. It does
+// not modify b.
+func UnmarshalJSONBatch(b []byte, job *signal.Job) ([]stagevec.Vector, error) {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
+	if err := expectDelim(dec, '{'); err != nil {
 		return nil, err
 	}
 	var out []stagevec.Vector
-	seen := false
-	for dec.More() {
-		key, err := objectKey(dec)
+	for {
+		k := dec.PeekKind()
+		if k == '}' {
+			break
+		}
+		if k != '"' { // a syntax error (or EOF) the read reports
+			_, err := dec.ReadToken()
+			return nil, jsonErr(err)
+		}
+		tok, err := dec.ReadToken() // a second "vectors" fails here: duplicate name
 		if err != nil {
-			return nil, err
+			return nil, jsonErr(err)
 		}
-		if key != "vectors" {
-			return nil, prefix("", &signal.FieldError{Field: key, Msg: "unknown field"})
+		if key := tok.String(); key != "vectors" {
+			return nil, &signal.FieldError{Field: pathOf(dec.StackPointer()), Msg: "unknown field"}
 		}
-		if seen {
-			return nil, &signal.FieldError{Field: key, Msg: "appears twice"}
-		}
-		seen = true
 		if out, err = decodeVectors(dec, job); err != nil {
 			return nil, err
 		}
 	}
-	if err := expectDelim(dec, '}', ""); err != nil {
+	if err := expectDelim(dec, '}'); err != nil {
 		return nil, err
 	}
 	if err := expectEOF(dec); err != nil {
@@ -54,27 +127,41 @@ func DecodeJSONBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vect
 	return out, nil
 }
 
-func decodeVectors(dec *json.Decoder, job *signal.Job) ([]stagevec.Vector, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, jsonErr("vectors", err)
+func decodeVectors(dec *jsontext.Decoder, job *signal.Job) ([]stagevec.Vector, error) {
+	switch k := dec.PeekKind(); k {
+	case 'n': // "vectors": null is an empty batch
+		_, err := dec.ReadToken()
+		return nil, jsonErr(err)
+	case '[':
+	case 0:
+		_, err := dec.ReadToken()
+		return nil, jsonErr(err)
+	default:
+		return nil, &signal.FieldError{Field: "vectors", Msg: "must be an array, got " + kindName(k)}
 	}
-	if tok == nil { // "vectors": null is an empty batch
-		return nil, nil
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '[' {
-		return nil, &signal.FieldError{Field: "vectors", Msg: fmt.Sprintf("must be an array, got %v", tokenKind(tok))}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, jsonErr(err)
 	}
 	out := make([]stagevec.Vector, 0, 64)
-	var jv jsonVector
-	for i := 0; dec.More(); i++ {
-		path := "vectors[" + strconv.Itoa(i) + "]"
+	for i := 0; ; i++ {
+		k := dec.PeekKind()
+		if k == ']' {
+			break
+		}
+		if k == 0 {
+			_, err := dec.ReadToken()
+			return nil, jsonErr(err)
+		}
 		if i == MaxBatchVectors {
 			return nil, fmt.Errorf("%w: more than %d vectors in one batch", ErrTooLarge, MaxBatchVectors)
 		}
-		jv = jsonVector{}
-		if err := dec.Decode(&jv); err != nil {
-			return nil, jsonErr(path, err)
+		path := "vectors[" + strconv.Itoa(i) + "]"
+		if k != '{' {
+			return nil, &signal.FieldError{Field: path, Msg: "must be an object, got " + kindName(k)}
+		}
+		var jv jsonVector
+		if err := json.UnmarshalDecode(dec, &jv, jsonOpts); err != nil {
+			return nil, jsonErr(err)
 		}
 		if err := jv.resolveNames(job); err != nil {
 			return nil, prefix(path, err)
@@ -84,8 +171,8 @@ func decodeVectors(dec *json.Decoder, job *signal.Job) ([]stagevec.Vector, error
 			return nil, prefix(path, err)
 		}
 	}
-	if err := expectDelim(dec, ']', "vectors"); err != nil {
-		return nil, err
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, jsonErr(err)
 	}
 	return out, nil
 }
@@ -102,7 +189,7 @@ func DecodeJob(r io.Reader, id string, limit int64) (*signal.Job, error) {
 	case j.ID == "":
 		j.ID = id
 	case id != "" && j.ID != id:
-		return nil, &signal.FieldError{Field: "id", Msg: fmt.Sprintf("%q does not match the URL's job id %q", j.ID, id)}
+		return nil, &signal.FieldError{Field: "id", Msg: fmt.Sprintf("%q does not match the URL's job id %q", signal.Clip(j.ID), signal.Clip(id))}
 	}
 	if j.Schema.Version == "" && len(j.Schema.Stages) == 0 && len(j.Schema.Probes) == 0 {
 		j.Schema = stagevec.DefaultSchema()
@@ -142,83 +229,187 @@ func DecodeRank(r io.Reader, job *signal.Job, limit int64) (*signal.Rank, error)
 
 // decodeStrict decodes exactly one JSON object into v.
 func decodeStrict(r io.Reader, limit int64, v any) error {
-	dec := json.NewDecoder(newLimitReader(r, limit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonErr("", err)
+	return readBody(r, limit, func(b []byte) error { return UnmarshalStrict(b, v) })
+}
+
+// UnmarshalStrict decodes b, exactly one JSON object, into v with the
+// API's rules: unknown fields, duplicate keys, invalid UTF-8 and trailing
+// data are errors, and every error is a *signal.FieldError naming the
+// path (schema.stages[2]) and quoting none of the input beyond a short
+// prefix. Stage-matrix files are read with it too.
+func UnmarshalStrict(b []byte, v any) error {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
+	if k := dec.PeekKind(); k != '{' {
+		if k == 0 {
+			_, err := dec.ReadToken()
+			return jsonErr(err)
+		}
+		return &signal.FieldError{Field: "body", Msg: "must be a JSON object, got " + kindName(k)}
+	}
+	if err := json.UnmarshalDecode(dec, v, jsonOpts); err != nil {
+		return jsonErr(err)
 	}
 	return expectEOF(dec)
 }
 
-func objectKey(dec *json.Decoder) (string, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return "", jsonErr("", err)
+func expectDelim(dec *jsontext.Decoder, want jsontext.Kind) error {
+	k := dec.PeekKind()
+	if k == 0 {
+		_, err := dec.ReadToken()
+		return jsonErr(err)
 	}
-	key, ok := tok.(string)
-	if !ok {
-		return "", prefix("", &signal.FieldError{Msg: fmt.Sprintf("expected an object key, got %v", tokenKind(tok))})
+	if k != want {
+		return &signal.FieldError{Field: pathOf(dec.StackPointer()), Msg: fmt.Sprintf("expected %q, got %s", want.String(), kindName(k))}
 	}
-	return key, nil
+	_, err := dec.ReadToken()
+	return jsonErr(err)
 }
 
-func expectDelim(dec *json.Decoder, want json.Delim, path string) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return jsonErr(path, err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != want {
-		return prefix(path, &signal.FieldError{Msg: fmt.Sprintf("expected %q, got %v", want, tokenKind(tok))})
-	}
-	return nil
-}
-
-func expectEOF(dec *json.Decoder) error {
-	if _, err := dec.Token(); err != io.EOF {
-		if err != nil {
-			return jsonErr("", err)
-		}
-		return prefix("", &signal.FieldError{Msg: "trailing data after the JSON object"})
-	}
-	return nil
-}
-
-func tokenKind(tok json.Token) string {
-	switch t := tok.(type) {
-	case nil:
-		return "null"
-	case json.Delim:
-		return strconv.Quote(t.String())
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	default:
-		return "a number"
-	}
-}
-
-// jsonErr turns an encoding/json error into a FieldError under path.
-func jsonErr(path string, err error) error {
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
+func expectEOF(dec *jsontext.Decoder) error {
+	_, err := dec.ReadToken()
 	switch {
+	case err == io.EOF:
+		return nil
+	case err != nil:
+		return jsonErr(err)
+	}
+	return &signal.FieldError{Field: "body", Msg: "trailing data after the JSON object"}
+}
+
+// kindName is a token kind with its article, as in "got a string".
+func kindName(k jsontext.Kind) string {
+	switch w := kindWord(k); w {
+	case "null":
+		return w
+	case "object", "array":
+		return "an " + w
+	default:
+		return "a " + w
+	}
+}
+
+func kindWord(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "boolean"
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case '{', '}':
+		return "object"
+	case '[', ']':
+		return "array"
+	}
+	return strconv.Quote(k.String())
+}
+
+// jsonErr turns a decoding error into a FieldError on the path where it
+// happened. Messages are built from the errors' fields, never from the
+// input, so a huge bad value is not echoed back (D13).
+func jsonErr(err error) error {
+	var se *json.SemanticError
+	var xe *jsontext.SyntacticError
+	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, ErrTooLarge):
 		return err
-	case errors.As(err, &te):
-		// The embedded Vector of jsonVector shows up in the Go path.
-		field := strings.TrimPrefix(te.Field, "Vector.")
-		return prefix(path, &signal.FieldError{Field: field, Msg: fmt.Sprintf("cannot use JSON %s as %s", te.Value, te.Type)})
+	case errors.As(err, &xe):
+		switch {
+		case xe.Err == jsontext.ErrDuplicateName:
+			return &signal.FieldError{Field: pathOf(xe.JSONPointer), Msg: "duplicate key"}
+		case errors.Is(xe.Err, io.ErrUnexpectedEOF):
+			return &signal.FieldError{Field: pathOf(xe.JSONPointer), Msg: "truncated JSON"}
+		}
+		msg := "invalid JSON"
+		if xe.Err != nil {
+			msg = "invalid JSON: " + clipMsg(strings.TrimPrefix(xe.Err.Error(), "jsontext: "))
+		}
+		return &signal.FieldError{Field: pathOf(xe.JSONPointer), Msg: fmt.Sprintf("%s (at byte %d)", msg, xe.ByteOffset)}
 	case errors.As(err, &se):
-		return prefix(path, &signal.FieldError{Msg: fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)})
+		if se.Err == json.ErrUnknownName {
+			return &signal.FieldError{Field: pathOf(se.JSONPointer), Msg: "unknown field"}
+		}
+		if inner := new(jsontext.SyntacticError); errors.As(se.Err, &inner) {
+			return jsonErr(inner)
+		}
+		msg := "cannot use a JSON value"
+		if se.JSONKind != 0 {
+			msg = "cannot use JSON " + kindWord(se.JSONKind)
+		}
+		if se.GoType != nil {
+			msg += " as " + se.GoType.String()
+		}
+		if se.Err != nil {
+			msg += ": " + clipMsg(strings.TrimPrefix(se.Err.Error(), "json: "))
+		}
+		return &signal.FieldError{Field: pathOf(se.JSONPointer), Msg: msg}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return prefix(path, &signal.FieldError{Msg: "truncated JSON"})
+		return &signal.FieldError{Field: "body", Msg: "truncated JSON"}
 	}
-	msg := err.Error()
-	if name, ok := strings.CutPrefix(msg, `json: unknown field "`); ok {
-		return prefix(path, &signal.FieldError{Field: strings.TrimSuffix(name, `"`), Msg: "unknown field"})
+	return &signal.FieldError{Field: "body", Msg: clipMsg(err.Error())}
+}
+
+// clipMsg bounds a library error message quoted in a response; such
+// messages may embed bits of the input.
+func clipMsg(s string) string {
+	const n = 160
+	if len(s) <= n {
+		return s
 	}
-	return prefix(path, &signal.FieldError{Msg: strings.TrimPrefix(msg, "json: ")})
+	return s[:n-3] + "…"
+}
+
+// arrayFields are the members whose values are arrays: a numeric pointer
+// token below one is an index ("vectors[3]"), anywhere else a map key
+// (stages_ms, probes, labels).
+var arrayFields = map[string]bool{"vectors": true, "durations_ms": true, "ranks": true, "stages": true, "groups": true}
+
+// pathOf turns a JSON Pointer (/vectors/3/stages_ms/forward) into the
+// field path errors use (vectors[3].stages_ms.forward), each name
+// clipped (a member name may be megabytes long).
+func pathOf(p jsontext.Pointer) string {
+	var sb strings.Builder
+	prev, prevprev := "", ""
+	for tok := range p.Tokens() {
+		// schema.probes is a list of names; a vector's probes is a map.
+		isArray := arrayFields[prev] || (prev == "probes" && prevprev == "schema")
+		if _, err := strconv.ParseUint(tok, 10, 64); err == nil && isArray {
+			sb.WriteString("[" + tok + "]")
+		} else {
+			if sb.Len() > 0 {
+				sb.WriteByte('.')
+			}
+			sb.WriteString(fieldName(tok))
+		}
+		prevprev, prev = prev, tok
+		if sb.Len() > 512 { // deeply nested junk: enough to find it
+			sb.WriteString("…")
+			break
+		}
+	}
+	if sb.Len() == 0 {
+		return "body"
+	}
+	return sb.String()
+}
+
+// fieldName is a member name as an error shows it: clipped, and quoted
+// if it is empty or holds anything but printable ASCII.
+func fieldName(s string) string {
+	s = signal.Clip(s)
+	if s == "" {
+		return `""`
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // jsonVector is a stage vector as JSON carries it: durations in schema
@@ -245,6 +436,7 @@ func (v *jsonVector) resolveNames(job *signal.Job) error {
 	schema := job.SchemaFor(v.Rank)
 	n := len(schema.Stages)
 	d := make([]float64, n)
+	by := make([]string, n) // the name each duration came from
 	residual := false
 	for name, ms := range v.StagesMS {
 		st, ok := stagevec.Resolve(schema, name)
@@ -252,6 +444,11 @@ func (v *jsonVector) resolveNames(job *signal.Job) error {
 			return signal.FieldErrorf("stages_ms", "unknown stage %q; rank %d's schema has %s", signal.Clip(name), v.Rank, strings.Join(schema.Stages, ", "))
 		}
 		i := schema.Index(st)
+		if by[i] != "" { // a stage and its short alias: which one wins?
+			a, b := min(by[i], name), max(by[i], name)
+			return signal.FieldErrorf("stages_ms."+b, "duplicate key: %q and %q both name stage %s", a, b, st)
+		}
+		by[i] = name
 		d[i] = ms
 		residual = residual || i == n-1
 	}

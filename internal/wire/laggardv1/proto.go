@@ -1,7 +1,6 @@
 package laggardv1
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -21,14 +20,12 @@ import (
 // Unknown fields are rejected, as in JSON: a newer client's measurement
 // silently dropped here would skew the analysis without anyone noticing.
 func DecodeProtoBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vector, error) {
-	b, err := io.ReadAll(newLimitReader(r, limit))
-	if err != nil {
-		if errors.Is(err, ErrTooLarge) {
-			return nil, err
-		}
-		return nil, &signal.FieldError{Field: "body", Msg: err.Error()}
-	}
-	return UnmarshalProtoBatch(b, job)
+	var vs []stagevec.Vector
+	err := readBody(r, limit, func(b []byte) (err error) {
+		vs, err = UnmarshalProtoBatch(b, job)
+		return err
+	})
+	return vs, err
 }
 
 // UnmarshalProtoBatch is DecodeProtoBatch over an in-memory body.
@@ -42,7 +39,7 @@ func UnmarshalProtoBatch(b []byte, job *signal.Job) ([]stagevec.Vector, error) {
 	}
 	var batch pb.VectorBatch
 	if err := proto.Unmarshal(b, &batch); err != nil {
-		return nil, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + err.Error()}
+		return nil, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + clipMsg(err.Error())}
 	}
 	if u := batch.ProtoReflect().GetUnknown(); len(u) > 0 {
 		return nil, unknownField("", u)
@@ -109,7 +106,7 @@ func fromProto(pv *pb.Vector, v *stagevec.Vector, path string) error {
 				p = &pb.Probe{}
 			}
 			if u := p.ProtoReflect().GetUnknown(); len(u) > 0 {
-				return unknownField(path+".probes["+strconv.Quote(name)+"]", u)
+				return unknownField(path+".probes["+strconv.Quote(signal.Clip(name))+"]", u)
 			}
 			v.Probes[name] = stagevec.Probe{Value: p.GetValueMs(), Ready: p.GetReady()}
 		}

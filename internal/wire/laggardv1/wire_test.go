@@ -222,10 +222,16 @@ func TestDecodeRank(t *testing.T) {
 	if *rk != want {
 		t.Fatalf("got %+v, want %+v", *rk, want)
 	}
+	// A null role is an unknown role, as an omitted one is.
+	rk, err = DecodeRank(strings.NewReader(`{"rank":1,"role":null}`), job, 0)
+	if err != nil || rk.Role != signal.UnknownRole {
+		t.Fatalf("null role: %+v, %v; want the unknown role", rk, err)
+	}
 	for body, field := range map[string]string{
 		`{"rank":4}`:                  "rank",
 		`{"rank":0,"local_rank":-1}`:  "local_rank",
-		`{"rank":0,"role":{"dq":1}}`:  "dq", // encoding/json does not report the parent of an unknown field
+		`{"rank":0,"role":{"dq":1}}`:  "role.dq",
+		`{"rank":0,"rank":1}`:         "rank", // D13: duplicate key
 		`{"rank":0,"role":{"tp":""}}`: "role.tp",
 		`{"rank":0}{"rank":1}`:        "body",
 	} {

@@ -146,7 +146,7 @@ func (c *csvColumns) parse(rec []string) (stagevec.Vector, error) {
 		}
 		x, e := strconv.ParseInt(strings.TrimSpace(rec[col]), 10, 64)
 		if e != nil {
-			err = &signal.FieldError{Field: name, Msg: fmt.Sprintf("not an integer: %q", rec[col])}
+			err = &signal.FieldError{Field: name, Msg: fmt.Sprintf("not an integer: %q", signal.Clip(rec[col]))}
 		}
 		return x
 	}
@@ -156,7 +156,7 @@ func (c *csvColumns) parse(rec []string) (stagevec.Vector, error) {
 		}
 		x, e := strconv.ParseFloat(strings.TrimSpace(rec[col]), 64)
 		if e != nil {
-			err = &signal.FieldError{Field: name, Msg: fmt.Sprintf("not a number: %q", rec[col])}
+			err = &signal.FieldError{Field: name, Msg: fmt.Sprintf("not a number: %q", signal.Clip(rec[col]))}
 		}
 		return x
 	}

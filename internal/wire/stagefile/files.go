@@ -31,7 +31,7 @@ func ParseFormat(s string) (Format, error) {
 	case "csv":
 		return CSV, nil
 	}
-	return "", fmt.Errorf("unknown format %q (want jsonl or csv)", s)
+	return "", fmt.Errorf("unknown format %q (want jsonl or csv)", signal.Clip(s))
 }
 
 // FormatOf returns the format a file name implies, ignoring a trailing
@@ -411,8 +411,8 @@ func merge(parts []*part, jobID string) (*signal.Job, declaredFields, error) {
 	for _, p := range parts {
 		h := p.job
 		conflict := func(field string, got, want any, from *part) error {
-			return p.wrap(&LineError{p.line, signal.FieldErrorf(field, "%v here but %v in %s: parts of one job must agree",
-				got, want, partName(from))})
+			return p.wrap(&LineError{p.line, signal.FieldErrorf(field, "%s here but %s in %s: parts of one job must agree",
+				clipLong(fmt.Sprint(got)), clipLong(fmt.Sprint(want)), partName(from))})
 		}
 		if schemaFrom == nil {
 			job.Schema, schemaFrom = h.Schema.Clone(), p
@@ -432,7 +432,7 @@ func merge(parts []*part, jobID string) (*signal.Job, declaredFields, error) {
 		case idFrom == nil:
 			job.ID, idFrom = h.ID, p
 		case h.ID != job.ID:
-			return nil, d, conflict("id", fmt.Sprintf("%q", h.ID), fmt.Sprintf("%q", job.ID), idFrom)
+			return nil, d, conflict("id", fmt.Sprintf("%q", signal.Clip(h.ID)), fmt.Sprintf("%q", signal.Clip(job.ID)), idFrom)
 		}
 		if h.WorldSize > 0 {
 			switch {
@@ -453,7 +453,7 @@ func merge(parts []*part, jobID string) (*signal.Job, declaredFields, error) {
 			case runFrom == nil:
 				job.RunID, runFrom = h.RunID, p
 			case h.RunID != job.RunID:
-				return nil, d, conflict("run_id", fmt.Sprintf("%q", h.RunID), fmt.Sprintf("%q", job.RunID), runFrom)
+				return nil, d, conflict("run_id", fmt.Sprintf("%q", signal.Clip(h.RunID)), fmt.Sprintf("%q", signal.Clip(job.RunID)), runFrom)
 			}
 		}
 		if job.Name == "" {
@@ -474,7 +474,7 @@ func merge(parts []*part, jobID string) (*signal.Job, declaredFields, error) {
 			if i < 0 {
 				job.Groups, groupFrom[g.Group] = append(job.Groups, g), p
 			} else if job.Groups[i].Schema.OrderHash() != g.Schema.OrderHash() {
-				return nil, d, conflict(fmt.Sprintf("groups[%s]", g.Group), schemaString(g.Schema), schemaString(job.Groups[i].Schema), groupFrom[g.Group])
+				return nil, d, conflict(fmt.Sprintf("groups[%s]", signal.Clip(g.Group)), schemaString(g.Schema), schemaString(job.Groups[i].Schema), groupFrom[g.Group])
 			}
 		}
 		for k, v := range h.Labels {
@@ -484,7 +484,7 @@ func merge(parts []*part, jobID string) (*signal.Job, declaredFields, error) {
 			if prev, ok := job.Labels[k]; !ok {
 				job.Labels[k], labelFrom[k] = v, p
 			} else if prev != v {
-				return nil, d, conflict(fmt.Sprintf("labels[%s]", k), fmt.Sprintf("%q", v), fmt.Sprintf("%q", prev), labelFrom[k])
+				return nil, d, conflict(fmt.Sprintf("labels[%s]", signal.Clip(k)), fmt.Sprintf("%q", signal.Clip(v)), fmt.Sprintf("%q", signal.Clip(prev)), labelFrom[k])
 			}
 		}
 	}
@@ -506,5 +506,17 @@ func schemaString(s signal.Schema) string {
 }
 
 func rankString(r signal.Rank) string {
-	return fmt.Sprintf("{host %q, local_rank %d, role %+v}", r.Host, r.LocalRank, r.Role)
+	role := r.Role
+	role.Name = signal.Clip(role.Name)
+	return fmt.Sprintf("{host %q, local_rank %d, role %+v}", signal.Clip(r.Host), r.LocalRank, role)
+}
+
+// clipLong bounds a composite value (a schema's stage list) quoted in a
+// conflict error; single values are clipped shorter with signal.Clip.
+func clipLong(s string) string {
+	const n = 512
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "…"
 }

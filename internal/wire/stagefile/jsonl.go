@@ -9,6 +9,7 @@ import (
 
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/wire/laggardv1"
 )
 
 // MaxLineBytes bounds one JSONL line so a corrupt file cannot exhaust memory.
@@ -142,17 +143,10 @@ func (d *jsonlDecoder) next() (*stagevec.Vector, int, error) {
 	return v, d.line, nil
 }
 
-func strictUnmarshal(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return fmt.Errorf("trailing data after JSON object")
-	}
-	return nil
-}
+// strictUnmarshal decodes one line with the HTTP API's JSON rules
+// (unknown fields, duplicate keys and trailing data are errors that name
+// the field and quote no more than a short prefix of the input).
+func strictUnmarshal(b []byte, v any) error { return laggardv1.UnmarshalStrict(b, v) }
 
 // Writer writes a JSONL stage matrix: the job header on creation, then
 // one line per vector. It buffers; call Flush at the end.

@@ -1,6 +1,8 @@
 // The same-origin JSON API under /api/v1. The base is derived from this
 // module's URL (…/ui/js/api.js → …/), so the UI also works behind a path
 // prefix.
+import { currentToken, signIn } from './signin.js';
+
 const BASE = new URL('../../', import.meta.url);
 
 // ApiError carries what the API said: its message, the offending field
@@ -15,15 +17,36 @@ export class ApiError extends Error {
   }
 }
 
+// headers are every API request's headers: the signed-in token, if any,
+// goes out as Authorization: Bearer (signin.js).
+function headers() {
+  const h = { Accept: 'application/json' };
+  const t = currentToken();
+  if (t) h.Authorization = 'Bearer ' + t;
+  return h;
+}
+
 async function getJSON(path, signal) {
   const url = new URL('api/v1/' + path, BASE);
   const where = url.pathname + url.search;
   let res;
-  try {
-    res = await fetch(url, { headers: { Accept: 'application/json' }, signal });
-  } catch (e) {
-    if (e.name === 'AbortError') throw e;
-    throw new ApiError(0, 'cannot reach the laggard server (' + e.message + ')', null, where);
+  for (;;) {
+    try {
+      res = await fetch(url, { headers: headers(), signal });
+    } catch (e) {
+      if (e.name === 'AbortError') throw e;
+      throw new ApiError(0, 'cannot reach the laggard server (' + e.message + ')', null, where);
+    }
+    if (res.status !== 401) break;
+    // The server requires a token (or refused ours): ask for one, then
+    // retry. A 403 (a token without the read scope) is shown as an error.
+    let reason = res.statusText;
+    try {
+      reason = JSON.parse(await res.text()).error || reason;
+    } catch (e) {
+      // not JSON: keep the status text
+    }
+    await signIn(reason, signal);
   }
   const text = await res.text();
   let body = null;

@@ -1,0 +1,47 @@
+package ingest
+
+import (
+	"unsafe"
+
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+)
+
+// Per-element overheads of the decoded forms, for Cost.
+const (
+	vectorSize = int64(unsafe.Sizeof(stagevec.Vector{}))
+	// probeEntry approximates one map entry of Vector.Probes: key header,
+	// value, and the map's bucket overhead (about 2x).
+	probeEntry = 2 * int64(unsafe.Sizeof("")+unsafe.Sizeof(stagevec.Probe{}))
+)
+
+// Cost is the decoded in-memory size in bytes of a request payload the
+// queue knows, 0 for others. For stage vectors that is, per vector, the
+// struct, its durations (8 bytes per stage) and its probes — what a
+// request really holds while it waits, which for a compact protobuf body
+// is several times its body bytes (D2: 64 queued batches of 65,536
+// vectors were 2.2 GB of memory, far more than their bodies).
+//
+// A type switch rather than a cost callback in Config: Config is shared
+// by every payload type and the vector queue is the one that matters.
+func Cost(payload any) int64 {
+	switch p := payload.(type) {
+	case []stagevec.Vector:
+		return VectorsCost(p)
+	case string: // tests
+		return int64(len(p))
+	}
+	return 0
+}
+
+// VectorsCost is Cost for a batch of stage vectors.
+func VectorsCost(vs []stagevec.Vector) int64 {
+	n := int64(cap(vs)) * vectorSize
+	for i := range vs {
+		v := &vs[i]
+		n += int64(cap(v.Durations)) * 8
+		for k := range v.Probes {
+			n += probeEntry + int64(len(k))
+		}
+	}
+	return n
+}
