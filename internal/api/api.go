@@ -48,9 +48,12 @@ type VectorQueue = ingest.Queue[[]stagevec.Vector]
 
 // Deps are the API's collaborators.
 type Deps struct {
-	Catalog   *catalog.Catalog
-	Reader    Reader
-	Vectors   *VectorQueue
+	Catalog *catalog.Catalog
+	Reader  Reader
+	Vectors *VectorQueue
+	// Gate, if set, bounds body bytes in flight and concurrent decodes
+	// fairly between jobs (ingest.Gate).
+	Gate      *ingest.Gate
 	Reporter  Reporter
 	Diagnoses Diagnoses // optional
 	Metrics   *Metrics

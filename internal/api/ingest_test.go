@@ -47,7 +47,8 @@ func ingestServer(t *testing.T) string {
 		return st.AppendMany(batches)
 	}, quiet, qm)
 	mux := http.NewServeMux()
-	New(Deps{Catalog: catalog.New(st), Reader: st, Vectors: q, Metrics: am, Log: quiet, MaxBodyBytes: 64 << 20}).Register(mux)
+	gate := ingest.NewGate(ingest.GateConfig{MaxBytes: 128 << 20, JobBytes: 64 << 20})
+	New(Deps{Catalog: catalog.New(st), Reader: st, Vectors: q, Gate: gate, Metrics: am, Log: quiet, MaxBodyBytes: 64 << 20}).Register(mux)
 	ts := httptest.NewServer(mux)
 	t.Cleanup(func() { ts.Close(); q.Close(); st.Close() })
 	return ts.URL
@@ -232,5 +233,48 @@ func TestD13_APIErrorsShortAndDuplicatesRejected(t *testing.T) {
 				t.Fatalf("field %q, want %q: %s", a.body.Field, c.field, a.raw)
 			}
 		})
+	}
+}
+
+// TestD2_LargeBatchInParts: a batch larger than one queue part is stored
+// whole and acknowledged once, with or without a Content-Length, and a
+// second, chunked post (the gate reserving as it reads) is not refused
+// for bytes the first left reserved.
+func TestD2_LargeBatchInParts(t *testing.T) {
+	base := ingestServer(t)
+	register(t, base, "j")
+	const n = 3*submitPart + 17
+	steps := make([]int64, n)
+	for i := range steps {
+		steps[i] = int64(i)
+	}
+	body := batch(steps...)
+	if a := send(t, "POST", base+"/api/v1/jobs/j/vectors", "application/json", body); a.status != http.StatusOK ||
+		!strings.Contains(string(a.raw), fmt.Sprintf(`"accepted":%d`, n)) {
+		t.Fatalf("large batch: %d %s", a.status, a.raw)
+	}
+	// The same batch again without a length (chunked): the gate reserves
+	// as it reads; the keys are rewritten, not added.
+	req, err := http.NewRequest("POST", base+"/api/v1/jobs/j/vectors", io.MultiReader(bytes.NewReader(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("chunked large batch: %d %s", res.StatusCode, raw)
+	}
+	var view struct {
+		LastStep int64 `json:"last_step"`
+		Vectors  int64 `json:"vectors"`
+	}
+	a := send(t, "GET", base+"/api/v1/jobs/j", "", nil)
+	if err := json.Unmarshal(a.raw, &view); err != nil || view.Vectors != n || view.LastStep != n-1 {
+		t.Fatalf("after two large batches: %s; want %d vectors up to step %d", a.raw, n, n-1)
 	}
 }

@@ -20,6 +20,7 @@ const (
 	reasonQueueFull  = "queue_full"
 	reasonShutdown   = "shutting_down"
 	reasonStoreError = "store_error"
+	reasonDiskFull   = "disk_full" // 507: the store keeps its free-space reserve
 )
 
 // Values of the encoding label.
@@ -57,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	// Pre-create every reason so rate() works before the first rejection.
-	for _, r := range []string{reasonInvalid, reasonTooLarge, reasonMediaType, reasonUnknownJob, reasonConflict, reasonQueueFull, reasonShutdown, reasonStoreError} {
+	for _, r := range []string{reasonInvalid, reasonTooLarge, reasonMediaType, reasonUnknownJob, reasonConflict, reasonQueueFull, reasonShutdown, reasonStoreError, reasonDiskFull} {
 		m.rejected.WithLabelValues(r)
 	}
 	return m, nil

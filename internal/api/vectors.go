@@ -15,7 +15,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/wire/laggardv1"
 )
 
-type decoder func(io.Reader, *signal.Job, int64) ([]stagevec.Vector, error)
+type decoder func([]byte, *signal.Job) ([]stagevec.Vector, error)
 
 // bodyDecoder picks the decoder for the request's Content-Type. Only the
 // JSON and protobuf types are accepted: an absent type, and the types an
@@ -29,9 +29,9 @@ func bodyDecoder(r *http.Request) (decoder, string, error) {
 	}
 	switch mt {
 	case "application/json":
-		return laggardv1.DecodeJSONBatch, encodingJSON, nil
+		return laggardv1.UnmarshalJSONBatch, encodingJSON, nil
 	case "application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf":
-		return laggardv1.DecodeProtoBatch, encodingProto, nil
+		return laggardv1.UnmarshalProtoBatch, encodingProto, nil
 	}
 	return nil, "", fmt.Errorf("unsupported Content-Type %q: send application/json or application/x-protobuf", signal.Clip(mt))
 }
@@ -104,6 +104,58 @@ func (a *API) checkStepRange(jobID string, vs []stagevec.Vector) error {
 	return nil
 }
 
+// shed answers 429 + Retry-After for a request the queue or the gate
+// refused (queue full, the job's share, no decode slot in time), or 503
+// once the server is shutting down.
+func (a *API) shed(w http.ResponseWriter, r *http.Request, job string, err error) {
+	if errors.Is(err, ingest.ErrClosed) {
+		a.reject(w, r, http.StatusServiceUnavailable, reasonShutdown, err)
+		return
+	}
+	if !errors.Is(err, ingest.ErrFull) { // the client left while waiting
+		a.reject(w, r, http.StatusServiceUnavailable, reasonShutdown, err)
+		return
+	}
+	a.d.Metrics.noteShed(a.d.Log, job, a.d.Vectors.Depth())
+	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(max(1, a.d.RetryAfter.Seconds())))))
+	a.reject(w, r, http.StatusTooManyRequests, reasonQueueFull, err)
+}
+
+// gatedReader counts the body bytes it has received in the gate's
+// in-flight budget — bytes that arrived, not the Content-Length, or a
+// client promising a large body and trickling it would hold budget for
+// free — and returns them on close. A refused reservation ends the read
+// with err set.
+type gatedReader struct {
+	r        io.Reader
+	g        *ingest.Gate
+	job      string
+	reserved int64
+	err      error
+}
+
+func (gr *gatedReader) Read(p []byte) (int, error) {
+	if gr.err != nil {
+		return 0, gr.err
+	}
+	n, err := gr.r.Read(p)
+	if gr.g != nil && n > 0 {
+		if rerr := gr.g.Reserve(gr.job, int64(n)); rerr != nil {
+			gr.err = rerr
+			return 0, rerr
+		}
+		gr.reserved += int64(n)
+	}
+	return n, err
+}
+
+func (gr *gatedReader) close() {
+	if gr.g != nil {
+		gr.g.Return(gr.job, gr.reserved)
+		gr.reserved = 0
+	}
+}
+
 // countingReader counts body bytes for the ingest bytes metric.
 type countingReader struct {
 	r io.Reader
@@ -142,8 +194,35 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 		a.reject(w, r, http.StatusUnsupportedMediaType, reasonMediaType, err)
 		return
 	}
+	// Shed a job that already holds its share of the queue before its
+	// body is read: refusing it then costs a header, not a decode (D2).
+	if err := a.d.Vectors.Precheck(job.ID, max(r.ContentLength, 1)); err != nil {
+		a.shed(w, r, job.ID, err)
+		return
+	}
 	body := &countingReader{r: r.Body}
-	vs, err := decode(body, job, a.d.MaxBodyBytes)
+	in := &gatedReader{r: body, g: a.d.Gate, job: job.ID}
+	defer in.close()
+	var vs []stagevec.Vector
+	err = laggardv1.ReadBody(in, a.d.MaxBodyBytes, func(b []byte) error {
+		// Decoding is the CPU-heavy part: one of a few slots, handed
+		// round-robin between jobs (ingest.Gate).
+		if a.d.Gate != nil {
+			release, err := a.d.Gate.Acquire(r.Context(), job.ID)
+			if err != nil {
+				in.err = err
+				return err
+			}
+			defer release()
+		}
+		var err error
+		vs, err = decode(b, job)
+		return err
+	})
+	if in.err != nil {
+		a.shed(w, r, job.ID, in.err)
+		return
+	}
 	if err != nil {
 		status := statusOf(err)
 		a.reject(w, r, status, reasonFor(status, reasonInvalid), err)
@@ -157,19 +236,37 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 		a.reject(w, r, http.StatusBadRequest, reasonInvalid, err)
 		return
 	}
-	done, err := a.d.Vectors.Submit(job.ID, vs, len(vs), body.n)
-	switch {
-	case errors.Is(err, ingest.ErrFull):
-		m.noteShed(a.d.Log, job.ID, a.d.Vectors.Depth())
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(max(1, a.d.RetryAfter.Seconds())))))
-		a.reject(w, r, http.StatusTooManyRequests, reasonQueueFull, err)
-		return
-	case err != nil:
-		a.reject(w, r, http.StatusServiceUnavailable, reasonShutdown, err)
-		return
+	// A large batch goes to the queue in parts of at most submitPart
+	// vectors, acknowledged together: each part is one bounded commit, so
+	// another job's post is committed between a flood's parts instead of
+	// waiting for one huge commit (D2). Parts of a batch that is not
+	// acknowledged may be stored; a retry rewrites the same keys.
+	dones := make([]<-chan error, 0, (len(vs)+submitPart-1)/submitPart)
+	for off := 0; off < len(vs); off += submitPart {
+		part := vs[off:min(off+submitPart, len(vs))]
+		done, err := a.d.Vectors.Submit(job.ID, part, len(part), body.n*int64(len(part))/int64(len(vs)))
+		switch {
+		case errors.Is(err, ingest.ErrFull):
+			a.shed(w, r, job.ID, err)
+			return
+		case err != nil:
+			a.reject(w, r, http.StatusServiceUnavailable, reasonShutdown, err)
+			return
+		}
+		dones = append(dones, done)
 	}
-	select {
-	case err := <-done:
+	for i, done := range dones {
+		var err error
+		select {
+		case err = <-done:
+		case <-r.Context().Done():
+			// The client left; the batch still commits (it was valid),
+			// it just cannot be acknowledged.
+			return
+		}
+		if err != nil && len(dones) > 1 {
+			err = fmt.Errorf("vectors from index %d: %w", i*submitPart, err)
+		}
 		var fe *signal.FieldError
 		switch {
 		case errors.As(err, &fe): // a value the store cannot represent
@@ -180,13 +277,15 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 			a.reject(w, r, status, reasonFor(status, reasonStoreError), fmt.Errorf("storing batch: %w", err))
 			return
 		}
-		m.countStored(job.ID, encoding, vs, body.n)
-		writeJSON(w, http.StatusOK, map[string]int{"accepted": len(vs)})
-	case <-r.Context().Done():
-		// The client left; the batch still commits (it was valid), it
-		// just cannot be acknowledged. A retry overwrites the same keys.
 	}
+	m.countStored(job.ID, encoding, vs, body.n)
+	writeJSON(w, http.StatusOK, map[string]int{"accepted": len(vs)})
 }
+
+// submitPart is the most vectors one queue request holds: about 1.5 MiB
+// of decoded cost at 6 stages, a few milliseconds of commit work, well
+// under the queue's commit bound so parts of several jobs share a commit.
+const submitPart = 4096
 
 func reasonFor(status int, reason string) string {
 	switch status {
@@ -194,6 +293,8 @@ func reasonFor(status int, reason string) string {
 		return reasonTooLarge
 	case http.StatusInternalServerError:
 		return reasonStoreError
+	case http.StatusInsufficientStorage:
+		return reasonDiskFull
 	case http.StatusConflict:
 		return reasonConflict
 	}

@@ -218,6 +218,24 @@ func (q *Queue[T]) Submit(job string, payload T, items int, bytes int64) (<-chan
 	return r.done, nil
 }
 
+// Precheck applies Submit's admission to a request of estimated cost
+// without enqueueing anything, so a handler can shed a job that already
+// holds its share before reading and decoding its body (the cost of
+// refusing it then is a header, not a decode). The real cost is checked
+// again at Submit.
+func (q *Queue[T]) Precheck(job string, cost int64) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ErrClosed
+	}
+	if err := q.admit(job, max(cost, 1)); err != nil {
+		q.shed(err)
+		return err
+	}
+	return nil
+}
+
 // admit applies the bounds to a request of cost from job; q.mu is held.
 // In order: the queue's own bounds (ErrFull), the job's share once it has
 // requests waiting (ErrJobShare), and the reserve, which only a small
@@ -247,6 +265,10 @@ func (q *Queue[T]) admit(job string, cost int64) error {
 	}
 	return nil
 }
+
+// CountShed counts a request shed with err outside the queue (by the
+// Gate, before its body was read) in laggard_ingest_shed_total.
+func (q *Queue[T]) CountShed(err error) { q.shed(err) }
 
 func (q *Queue[T]) shed(err error) {
 	if q.m == nil {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -179,8 +180,13 @@ func New(cfg Config, st Store) (*Server, error) {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
+	gate, err := s.newGate()
+	if err != nil {
+		s.vectors.Close()
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
 	mux := http.NewServeMux()
-	api.New(api.Deps{Catalog: cat, Reader: st, Vectors: s.vectors, Reporter: s.analyzer, Diagnoses: s.detector,
+	api.New(api.Deps{Catalog: cat, Reader: st, Vectors: s.vectors, Gate: gate, Reporter: s.analyzer, Diagnoses: s.detector,
 		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, OnDelete: s.onDelete}).Register(mux)
 	// Routes outside api.Register declare what they need with s.handle
 	// (api.Register's routes are listed in routeAccess).
@@ -196,6 +202,23 @@ func New(cfg Config, st Store) (*Server, error) {
 	s.handle(mux, "/", public, ui)
 	s.handler = s.instrument(s.guard(mux))
 	return s, nil
+}
+
+// newGate sizes the ingest gate (ingest.Gate): a decode slot per core
+// (at least two), and half the queue's memory budget for bodies in
+// flight, at least two of the largest bodies so one always fits a job's
+// share.
+func (s *Server) newGate() (*ingest.Gate, error) {
+	qb := s.cfg.QueueBytes
+	if qb <= 0 {
+		qb = 256 << 20
+	}
+	maxBytes := max(qb/2, 2*s.cfg.MaxBodyBytes)
+	g := ingest.NewGate(ingest.GateConfig{Slots: max(2, runtime.GOMAXPROCS(0)), MaxBytes: maxBytes,
+		JobBytes: max(maxBytes/2, s.cfg.MaxBodyBytes)})
+	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "laggard", Subsystem: "ingest", Name: "inflight_bytes",
+		Help: "Request body bytes being read or decoded, before the ingest queue."}, func() float64 { return float64(g.InFlight()) })
+	return g, s.reg.Register(inflight)
 }
 
 // Registry returns the registry the server's metrics live in.

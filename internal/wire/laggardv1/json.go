@@ -57,11 +57,11 @@ var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 const maxPooledBuf = 1 << 20
 
-// readBody reads all of r, failing with ErrTooLarge past limit bytes
+// ReadBody reads all of r, failing with ErrTooLarge past limit bytes
 // (DefaultLimit if limit <= 0), and calls fn with the body. The buffer
 // grows geometrically, so the cost is linear however small the reads
 // are; b is valid only during fn.
-func readBody(r io.Reader, limit int64, fn func(b []byte) error) error {
+func ReadBody(r io.Reader, limit int64, fn func(b []byte) error) error {
 	buf := bodyBufs.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= maxPooledBuf {
@@ -83,7 +83,7 @@ func readBody(r io.Reader, limit int64, fn func(b []byte) error) error {
 // against job. Errors name the vector's index: vectors[3].durations_ms.
 func DecodeJSONBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vector, error) {
 	var vs []stagevec.Vector
-	err := readBody(r, limit, func(b []byte) (err error) {
+	err := ReadBody(r, limit, func(b []byte) (err error) {
 		vs, err = UnmarshalJSONBatch(b, job)
 		return err
 	})
@@ -229,7 +229,7 @@ func DecodeRank(r io.Reader, job *signal.Job, limit int64) (*signal.Rank, error)
 
 // decodeStrict decodes exactly one JSON object into v.
 func decodeStrict(r io.Reader, limit int64, v any) error {
-	return readBody(r, limit, func(b []byte) error { return UnmarshalStrict(b, v) })
+	return ReadBody(r, limit, func(b []byte) error { return UnmarshalStrict(b, v) })
 }
 
 // UnmarshalStrict decodes b, exactly one JSON object, into v with the

@@ -21,7 +21,7 @@ import (
 // silently dropped here would skew the analysis without anyone noticing.
 func DecodeProtoBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vector, error) {
 	var vs []stagevec.Vector
-	err := readBody(r, limit, func(b []byte) (err error) {
+	err := ReadBody(r, limit, func(b []byte) (err error) {
 		vs, err = UnmarshalProtoBatch(b, job)
 		return err
 	})
