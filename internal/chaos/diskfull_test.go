@@ -2,16 +2,15 @@ package chaos
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/laggard-dev/laggard/internal/testutil/tmpfs"
 )
 
 // TestChaos_D7_DiskFull (D7): the data directory lives on a 16 MiB tmpfs
@@ -34,7 +33,7 @@ func TestChaos_D7_DiskFull(t *testing.T) {
 	if flags == nil {
 		size = "512m"
 	}
-	mnt := mountTmpfs(t, size)
+	mnt := tmpfs.Mount(t, size)
 	data := filepath.Join(mnt, "data")
 	s := startServer(t, data, flags...)
 	s.register(t, "disk", 4)
@@ -62,7 +61,7 @@ func TestChaos_D7_DiskFull(t *testing.T) {
 
 	used := dirSize(data)
 	filler := filepath.Join(mnt, "filler")
-	fillerBytes := fill(t, filler)
+	fillerBytes := tmpfs.Fill(t, filler)
 	var (
 		statuses statusCounts
 		first    reply
@@ -174,51 +173,6 @@ func checkReads(t *testing.T, s *server, when string, acked int) {
 	}
 	if n := s.storedVectors(t, "disk"); n < int64(acked) {
 		t.Errorf("%s: the job reports %d vectors, %d were acknowledged", when, n, acked)
-	}
-}
-
-// mountTmpfs mounts a tmpfs of size at a fresh directory, unmounted at
-// cleanup (after the server, whose cleanup is registered later, stops).
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("skipped: mounting a %s tmpfs needs root (euid %d)", size, os.Geteuid())
-	}
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "none", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("skipped: mount -t tmpfs refused: %v %s", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fill writes path until the file system is full and returns its size.
-func fill(t *testing.T, path string) int64 {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	var n int64
-	for {
-		k, err := f.Write(buf)
-		n += int64(k)
-		if errors.Is(err, syscall.ENOSPC) {
-			return n
-		}
-		if err != nil {
-			t.Fatal(fmt.Errorf("filling %s: %w", path, err))
-		}
 	}
 }
 

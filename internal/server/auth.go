@@ -80,14 +80,10 @@ type authMetrics struct {
 }
 
 func newAuthMetrics(reg prometheus.Registerer) (*authMetrics, error) {
-	m := &authMetrics{failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "laggard", Subsystem: "http",
-		Name: "auth_failures_total",
-		Help: "Requests refused by authentication (missing, malformed, unknown token: 401) or authorization (scope: 403)."},
-		[]string{"reason"})}
-	for _, r := range []string{"missing", "malformed", "unknown", "scope"} {
-		m.failures.WithLabelValues(r)
-	}
-	return m, reg.Register(m.failures)
+	c, err := newReasonCounter(reg, "http", "auth_failures_total",
+		"Requests refused by authentication (missing, malformed, unknown token: 401) or authorization (scope: 403).",
+		"missing", "malformed", "unknown", "scope")
+	return &authMetrics{failures: c}, err
 }
 
 // routeNeed returns what r needs, given the pattern the mux matched.

@@ -67,14 +67,10 @@ type hygieneMetrics struct {
 }
 
 func newHygieneMetrics(reg prometheus.Registerer) (*hygieneMetrics, error) {
-	m := &hygieneMetrics{rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "laggard", Subsystem: "http",
-		Name: "rejected_total",
-		Help: "Requests refused by request hygiene: host (Host not allowed), origin (cross-origin), content_type."},
-		[]string{"reason"})}
-	for _, r := range []string{"host", "origin", "content_type"} {
-		m.rejected.WithLabelValues(r)
-	}
-	return m, reg.Register(m.rejected)
+	c, err := newReasonCounter(reg, "http", "rejected_total",
+		"Requests refused by request hygiene: host (Host not allowed), origin (cross-origin), content_type.",
+		"host", "origin", "content_type")
+	return &hygieneMetrics{rejected: c}, err
 }
 
 // bodyTypes are the media types a request body may have.

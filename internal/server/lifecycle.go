@@ -76,16 +76,15 @@ func (s *Server) startLifecycle(st Store, cat *catalog.Catalog) error {
 	cfg := s.cfg.Lifecycle
 	cfg.setDefaults()
 	l := &lifecycle{cfg: cfg, st: ls, cat: cat, det: s.detector, log: s.log.With("component", "retention"), now: time.Now,
-		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "laggard", Subsystem: "retention", Name: "deleted_jobs_total",
-			Help: "Jobs deleted, by reason: age (-retention-age), size (-retention-size) or api (DELETE /api/v1/jobs/{id})."}, []string{"reason"})}
-	for _, r := range []string{"age", "size", "api"} {
-		l.deleted.WithLabelValues(r)
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
+	var err error
+	if l.deleted, err = newReasonCounter(s.reg, "retention", "deleted_jobs_total",
+		"Jobs deleted, by reason: age (-retention-age), size (-retention-size) or api (DELETE /api/v1/jobs/{id}).",
+		"age", "size", "api"); err != nil {
+		return err
 	}
-	for _, c := range []prometheus.Collector{l.deleted, storeCollector{ls}} {
-		if err := s.reg.Register(c); err != nil {
-			return err
-		}
+	if err := s.reg.Register(storeCollector{ls}); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.stop = cancel

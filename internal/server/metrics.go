@@ -25,3 +25,15 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 	}
 	return m, nil
 }
+
+// newReasonCounter registers a laggard_<subsystem>_<name> counter by
+// reason with every reason's series present at 0, so rate() and alerts
+// work before the first event.
+func newReasonCounter(reg prometheus.Registerer, subsystem, name, help string, reasons ...string) (*prometheus.CounterVec, error) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "laggard", Subsystem: subsystem, Name: name, Help: help},
+		[]string{"reason"})
+	for _, r := range reasons {
+		c.WithLabelValues(r)
+	}
+	return c, reg.Register(c)
+}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/testutil/tmpfs"
 )
 
 // fakeFree is an injectable free-space reading.
@@ -147,45 +147,13 @@ func TestD7_OpenOnFullDiskReadOnly(t *testing.T) {
 	}
 }
 
-// mountTmpfs mounts a tmpfs of size at a new directory, or skips saying
-// why.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs to fill (needs root or CAP_SYS_ADMIN): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Logf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fill writes a file until the filesystem is full.
-func fill(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			return // ENOSPC
-		}
-	}
-}
-
 // D7: on a real full filesystem (an 8 MiB tmpfs) ingest fails with
 // ErrDiskFull instead of crashing the process (the old store panicked in
 // pebbleLogger.Fatalf after three failed commits), reads keep working, the
 // store reopens on the full disk, and ingest works again once space is
 // freed.
 func TestD7_DiskFull(t *testing.T) {
-	mnt := mountTmpfs(t, "8m")
+	mnt := tmpfs.Mount(t, "8m")
 	dir := filepath.Join(mnt, "data")
 	// The reserve leaves Pebble room to flush and compact what fits
 	// above it.
@@ -220,7 +188,7 @@ func TestD7_DiskFull(t *testing.T) {
 	// Let Pebble finish its flushes and compactions, then fill what the
 	// reserve kept, as another process would.
 	waitQuiet(t, s)
-	fill(t, filepath.Join(mnt, "filler"))
+	tmpfs.Fill(t, filepath.Join(mnt, "filler"))
 	time.Sleep(1100 * time.Millisecond) // let the free-space reading expire
 	for i := range 5 {
 		if err := s.Append("a", vecs("a", 1<<20+int64(i)*8, 8, 16)); !errors.Is(err, ErrDiskFull) {
