@@ -48,7 +48,7 @@ func commands() []command {
 			"laggard demo -fault backward -world 8 -keep=false",
 		}},
 		{name: "token", summary: "make an API token and its line for serve -tokens", run: runToken, examples: []string{
-			"laggard token -scopes read grafana          # a read token for dashboards",
+			"laggard token -scopes read grafana >> tokens   # a read token for dashboards (token on stderr, file line on stdout)",
 			"laggard token -scopes 'ingest:team-a-*' team-a trainers",
 		}},
 		{name: "version", summary: "print the version (also laggard --version, -v)", run: runVersion},

@@ -85,11 +85,14 @@ func TestTokenCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
+	// stdout is exactly the file line (so >> tokens appends it); the
+	// token is on stderr, after its explanation.
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("output:\n%s", out)
+	elines := strings.Split(strings.TrimSpace(errs), "\n")
+	if len(lines) != 1 || len(elines) != 3 {
+		t.Fatalf("stdout:\n%s\nstderr:\n%s", out, errs)
 	}
-	line, tok := lines[1], lines[3]
+	line, tok := lines[0], elines[1]
 	set, err := auth.Parse(strings.NewReader(line))
 	if err != nil {
 		t.Fatalf("the printed line does not parse: %v\n%s", err, line)
