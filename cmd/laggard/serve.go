@@ -261,7 +261,9 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 			Interval: o.life.compactInterval},
 	}, st)
 	if err == nil && tokens != nil {
-		err = tokens.Register(srv.Registry())
+		if err = tokens.Register(srv.Registry()); err != nil {
+			srv.Close() // stop its writers before the store closes
+		}
 	}
 	if err != nil {
 		ln.Close()

@@ -47,7 +47,7 @@ func ingestServer(t *testing.T) string {
 		return st.AppendMany(batches)
 	}, quiet, qm)
 	mux := http.NewServeMux()
-	gate := ingest.NewGate(ingest.GateConfig{MaxBytes: 128 << 20, JobBytes: 64 << 20})
+	gate := ingest.NewGate(ingest.GateConfig{MaxBytes: 128 << 20, JobBytes: 64<<20 + ingest.SmallBody}) // as the server sizes it
 	New(Deps{Catalog: catalog.New(st), Reader: st, Vectors: q, Gate: gate, Metrics: am, Log: quiet, MaxBodyBytes: 64 << 20}).Register(mux)
 	ts := httptest.NewServer(mux)
 	t.Cleanup(func() { ts.Close(); q.Close(); st.Close() })
@@ -276,5 +276,27 @@ func TestD2_LargeBatchInParts(t *testing.T) {
 	a := send(t, "GET", base+"/api/v1/jobs/j", "", nil)
 	if err := json.Unmarshal(a.raw, &view); err != nil || view.Vectors != n || view.LastStep != n-1 {
 		t.Fatalf("after two large batches: %s; want %d vectors up to step %d", a.raw, n, n-1)
+	}
+}
+
+// A chunked body past the body limit is 413 (send smaller batches), not a
+// 429 from the gate's share that a client would retry for ever.
+func TestChunkedBodyPastLimitIs413(t *testing.T) {
+	base := ingestServer(t)
+	register(t, base, "j")
+	body := io.MultiReader(strings.NewReader(`{"vectors":[`), strings.NewReader(strings.Repeat(" ", 64<<20)), strings.NewReader(`]}`))
+	req, err := http.NewRequest("POST", base+"/api/v1/jobs/j/vectors", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked body past the limit: %d %s, want 413", res.StatusCode, raw)
 	}
 }

@@ -64,6 +64,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// ForgetJob drops a deleted job's per-job series, so job ids that come
+// and go (retention) do not grow /metrics for ever.
+func (m *Metrics) ForgetJob(job string) {
+	for _, c := range []*prometheus.CounterVec{m.vectors, m.values, m.bytes} {
+		c.DeletePartialMatch(prometheus.Labels{"job": job})
+	}
+}
+
 func (m *Metrics) countStored(job, encoding string, vs []stagevec.Vector, bytes int64) {
 	values := 0
 	for i := range vs {

@@ -209,7 +209,7 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 		// few slots, handed round-robin between jobs (ingest.Gate). A
 		// small body decodes in microseconds and goes straight through,
 		// so a job's small post never waits for another job's decode.
-		if a.d.Gate != nil && len(b) > smallBody {
+		if a.d.Gate != nil && len(b) > ingest.SmallBody {
 			release, err := a.d.Gate.Acquire(r.Context(), job.ID)
 			if err != nil {
 				in.err = err
@@ -221,7 +221,11 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 		vs, err = decode(b, job)
 		return err
 	})
+	// The body buffer is gone once decoded; its bytes leave the gate and
+	// the decoded vectors are charged to the queue from here on.
+	in.close()
 	if in.err != nil {
+		a.d.Vectors.CountShed(in.err)
 		a.shed(w, r, job.ID, in.err)
 		return
 	}
@@ -245,7 +249,8 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 	// acknowledged may be stored; a retry rewrites the same keys.
 	dones := make([]<-chan error, 0, (len(vs)+submitPart-1)/submitPart)
 	for off := 0; off < len(vs); off += submitPart {
-		part := vs[off:min(off+submitPart, len(vs))]
+		end := min(off+submitPart, len(vs))
+		part := vs[off:end:end] // capped: the queue charges a part's capacity
 		done, err := a.d.Vectors.Submit(job.ID, part, len(part), body.n*int64(len(part))/int64(len(vs)))
 		switch {
 		case errors.Is(err, ingest.ErrFull):
@@ -283,11 +288,6 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 	m.countStored(job.ID, encoding, vs, body.n)
 	writeJSON(w, http.StatusOK, map[string]int{"accepted": len(vs)})
 }
-
-// smallBody is the largest body decoded without a gate slot: 64 KiB is a
-// few hundred vectors (the Python client's batch is 256), well under a
-// millisecond of decoding.
-const smallBody = 64 << 10
 
 // submitPart is the most vectors one queue request holds: about 1.5 MiB
 // of decoded cost at 6 stages, a few milliseconds of commit work, well

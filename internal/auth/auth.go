@@ -207,13 +207,18 @@ func Parse(r io.Reader) (*Set, error) {
 			return nil, &LineError{line, errors.New("want TOKEN SCOPES [NAME], got one field (a token without scopes)")}
 		}
 		var e entry
-		if hx, ok := strings.CutPrefix(fields[0], "sha256:"); ok {
+		if hx, ok := cutHashPrefix(fields[0]); ok {
 			b, err := hex.DecodeString(hx)
 			if err != nil || len(b) != sha256.Size {
 				return nil, &LineError{line, errors.New("sha256: wants 64 hex digits (laggard token prints a hashed line)")}
 			}
 			copy(e.hash[:], b)
 		} else {
+			if looksHashed(fields[0]) {
+				// A mistyped hash line must not become a plain token whose
+				// secret is the hash printed in the file.
+				return nil, &LineError{line, errors.New("this looks like a SHA-256 hash without the exact prefix sha256: (lower case, then 64 hex digits)")}
+			}
 			if len(fields[0]) < MinPlainLen {
 				return nil, &LineError{line, fmt.Errorf("plain token shorter than %d bytes; use a long random token (laggard token makes one)", MinPlainLen)}
 			}
@@ -268,4 +273,22 @@ func ParseScopes(list string) ([]Scope, error) {
 		}
 	}
 	return out, nil
+}
+
+// cutHashPrefix cuts a "sha256:" prefix in any letter case.
+func cutHashPrefix(tok string) (string, bool) {
+	const p = "sha256:"
+	if len(tok) >= len(p) && strings.EqualFold(tok[:len(p)], p) {
+		return tok[len(p):], true
+	}
+	return "", false
+}
+
+// looksHashed reports whether a would-be plain token is really a hash
+// line written wrongly: a sha256 or sha-256 prefix with another case or
+// separator. (A bare 64-hex-digit token stays a valid plain token:
+// openssl rand -hex 32 makes those.)
+func looksHashed(tok string) bool {
+	l := strings.ToLower(tok)
+	return strings.HasPrefix(l, "sha256") || strings.HasPrefix(l, "sha-256")
 }

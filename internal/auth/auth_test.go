@@ -81,6 +81,9 @@ func TestParseErrors(t *testing.T) {
 		{"\n" + plainRead + "\n", "line 2: want TOKEN SCOPES"},
 		{"short read\n", "line 1: plain token shorter than 16"},
 		{"sha256:abcd read\n", "line 1: sha256: wants 64 hex digits"},
+		// A mistyped prefix must not make the printed hash a working token.
+		{"SHA-256:" + strings.TrimPrefix(Hash(plainRead), "sha256:") + " admin\n", "line 1: this looks like a SHA-256 hash"},
+		{"sha256=" + strings.TrimPrefix(Hash(plainRead), "sha256:") + " admin\n", "line 1: this looks like a SHA-256 hash"},
 		{plainRead + " write\n", `line 1: unknown scope "write"`},
 		{plainRead + " ingest:team/a\n", `line 1: scope "ingest:team/a"`},
 		{plainRead + " ingest:\n", `line 1: scope "ingest:"`},
@@ -162,10 +165,20 @@ func TestReload(t *testing.T) {
 	if _, ok := f.Lookup(hashedAdmin); !ok {
 		t.Fatal("a bad reload dropped the old tokens")
 	}
+	// A file caught empty (an editor's truncate before its write) is not
+	// installed: it would lock every client out.
+	writeFile(t, path, "")
+	if err := f.Reload(); err == nil || !strings.Contains(err.Error(), "no tokens") {
+		t.Fatalf("empty reload: %v", err)
+	}
+	if _, ok := f.Lookup(hashedAdmin); !ok {
+		t.Fatal("an empty reload dropped the old tokens")
+	}
+	writeFile(t, path, Hash(hashedAdmin)+" admin\n")
 	if !strings.Contains(logs.String(), "line 2") || !strings.Contains(logs.String(), "keeping the previous tokens") {
 		t.Errorf("log lacks the line and the outcome:\n%s", logs.String())
 	}
-	if got := testutil.ToFloat64(f.reloads.WithLabelValues("error")); got != 1 {
+	if got := testutil.ToFloat64(f.reloads.WithLabelValues("error")); got != 2 {
 		t.Errorf("reload errors %v", got)
 	}
 	if got := testutil.ToFloat64(f.tokens); got != 1 {
@@ -279,5 +292,29 @@ func BenchmarkLookup(b *testing.B) {
 		if _, ok := set.Lookup(tok); !ok {
 			b.Fatal("not found")
 		}
+	}
+}
+
+// The prefix is matched in any case, and a bare 64-hex-digit plain token
+// (openssl rand -hex 32) is still a plain token.
+func TestParseHashPrefixCase(t *testing.T) {
+	upper := "SHA256:" + strings.TrimPrefix(Hash(plainRead), "sha256:")
+	set, err := Parse(strings.NewReader(upper + " read\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := set.Lookup(plainRead); !ok {
+		t.Error("SHA256: line does not accept its token")
+	}
+	if _, ok := set.Lookup(upper); ok {
+		t.Error("the hash itself works as a token")
+	}
+	hexTok := strings.Repeat("0123456789abcdef", 4)
+	set, err = Parse(strings.NewReader(hexTok + " read\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := set.Lookup(hexTok); !ok || set.Plain != 1 {
+		t.Error("a 64-hex-digit plain token is refused")
 	}
 }

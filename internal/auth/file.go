@@ -104,6 +104,13 @@ func (f *File) Reload() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	set, fi, err := f.read()
+	if err == nil && set.Len() == 0 && f.cur.Load().Len() > 0 {
+		// Most likely caught between an editor's truncate and write; an
+		// empty set would lock every client out (and the Python client
+		// stops shipping on 401). Revoke all tokens by removing lines,
+		// keeping at least one (an admin's), or by restarting.
+		err = fmt.Errorf("token file %s: no tokens; refusing to revoke every token on reload", f.path)
+	}
 	if err != nil {
 		f.reloads.WithLabelValues("error").Inc()
 		f.log.Error("token file reload failed; keeping the previous tokens", "err", err)

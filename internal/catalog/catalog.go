@@ -138,6 +138,32 @@ func (c *Catalog) Delete(id string) error {
 	return err
 }
 
+// IdleDeleter is the optional Store method behind DeleteIdle;
+// *store.Store implements it.
+type IdleDeleter interface {
+	DeleteIdleJob(id string, idleSince time.Time) (bool, error)
+}
+
+// DeleteIdle deletes job id only if nothing was written to it after
+// idleSince (retention: a job that resumed since its age was read stays).
+// It reports whether the job was deleted.
+func (c *Catalog) DeleteIdle(id string, idleSince time.Time) (bool, error) {
+	d, ok := c.st.(IdleDeleter)
+	if !ok {
+		return false, ErrNoDelete
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	deleted, err := d.DeleteIdleJob(id, idleSince)
+	if deleted {
+		c.mu.Lock()
+		c.deletes++
+		delete(c.m, id)
+		c.mu.Unlock()
+	}
+	return deleted, err
+}
+
 // put stores j and caches it; callers hold wmu and never modify j later.
 func (c *Catalog) put(j *signal.Job) error {
 	if err := c.st.PutJob(j); err != nil {

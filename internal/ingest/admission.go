@@ -38,6 +38,12 @@ type Gate struct {
 	held    map[string]int64
 }
 
+// SmallBody is the body size a job may always have in flight, and below
+// which a body is decoded without a slot: 64 KiB is a few hundred vectors
+// (the Python client's batch is 256), well under a millisecond of
+// decoding.
+const SmallBody = 64 << 10
+
 // GateConfig sizes a Gate. Zero fields take the defaults in parentheses.
 type GateConfig struct {
 	// Slots is the number of concurrent decodes (2); about the number of
@@ -78,6 +84,10 @@ func (g *Gate) Reserve(job string, n int64) error {
 	defer g.mu.Unlock()
 	h := g.held[job]
 	switch {
+	case h+n <= SmallBody:
+		// Every job's first SmallBody bytes are admitted whatever others
+		// hold: the room that lets an idle job's small post in while
+		// others flood (bounded by the connection limit × SmallBody).
 	case h+n > g.jobBytes && h > 0:
 		return ErrJobShare
 	case g.bytes+n > g.maxBytes && g.bytes > 0:

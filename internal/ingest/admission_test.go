@@ -77,32 +77,39 @@ func TestGateWaitBounded(t *testing.T) {
 }
 
 func TestGateReserveShares(t *testing.T) {
-	g := NewGate(GateConfig{MaxBytes: 100, JobBytes: 60})
+	const M = 1 << 20
+	g := NewGate(GateConfig{MaxBytes: 100 * M, JobBytes: 60 * M})
 	steps := []struct {
 		job  string
 		n    int64
 		want error
 	}{
-		{"a", 50, nil},
-		{"a", 20, ErrJobShare}, // 70 > 60 while a holds bytes
-		{"b", 40, nil},
-		{"c", 20, ErrFull}, // 110 > 100
-		{"c", 10, nil},
+		{"a", 50 * M, nil},
+		{"a", 20 * M, ErrJobShare}, // 70 > 60 while a holds bytes
+		{"b", 40 * M, nil},
+		{"c", 20 * M, ErrFull}, // 110 > 100
+		{"c", 10 * M, nil},
+		// The budget is spent, but a job's first SmallBody bytes are
+		// always admitted: an idle job's small post gets in.
+		{"d", 4 << 10, nil},
+		{"d", SmallBody - 4<<10, nil},
+		{"d", 1, ErrFull},
 	}
 	for i, s := range steps {
 		if err := g.Reserve(s.job, s.n); !errors.Is(err, s.want) || (s.want == nil && err != nil) {
 			t.Fatalf("step %d: Reserve(%s, %d) = %v, want %v", i, s.job, s.n, err, s.want)
 		}
 	}
-	g.Return("a", 50)
-	g.Return("b", 40)
-	g.Return("c", 10)
+	g.Return("a", 50*M)
+	g.Return("b", 40*M)
+	g.Return("c", 10*M)
+	g.Return("d", SmallBody)
 	if g.InFlight() != 0 || len(g.held) != 0 {
 		t.Fatalf("in flight %d, held %v after returning everything", g.InFlight(), g.held)
 	}
 	// A single body larger than the job share is admitted when the job
 	// holds nothing, or it could never be read.
-	if err := g.Reserve("a", 80); err != nil {
+	if err := g.Reserve("a", 80*M); err != nil {
 		t.Fatalf("lone large body refused: %v", err)
 	}
 }

@@ -180,14 +180,18 @@ func (s *Server) deadlines(w http.ResponseWriter, r *http.Request) http.Response
 	o := s.cfg.HTTP
 	rc := http.NewResponseController(w)
 	now := time.Now()
+	dw := &deadlineWriter{ResponseWriter: w, rc: rc, start: now, allowance: o.WriteTimeout, rate: o.MinRate}
+	wok := dw.extend()
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		b := &deadlineBody{ReadCloser: r.Body, rc: rc, start: now, allowance: o.BodyTimeout, rate: o.MinRate}
+		if wok {
+			b.w = dw
+		}
 		if b.extend() {
 			r.Body = b
 		}
 	}
-	dw := &deadlineWriter{ResponseWriter: w, rc: rc, start: now, allowance: o.WriteTimeout, rate: o.MinRate}
-	if !dw.extend() {
+	if !wok {
 		return w // not supported by this connection (a test recorder)
 	}
 	return dw
@@ -212,11 +216,24 @@ type deadlineBody struct {
 	rate      int64
 	n, next   int64 // bytes read; the count at which to move the deadline
 	done      bool  // EOF seen
+	// w, if set, is the response's writer: its allowance starts again
+	// whenever the body makes progress, so a body that arrives at an
+	// acceptable rate but for longer than WriteTimeout can still be
+	// answered.
+	w *deadlineWriter
 }
 
 func (b *deadlineBody) extend() bool {
 	b.next = b.n + step(b.rate)
+	b.restartWrite()
 	return b.rc.SetReadDeadline(allowance(b.start, b.allowance, b.n, b.rate)) == nil
+}
+
+func (b *deadlineBody) restartWrite() {
+	if b.w != nil && b.w.n == 0 {
+		b.w.start = time.Now()
+		b.w.extend()
+	}
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
@@ -231,6 +248,7 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		// deadline stays and the connection is closed.
 		b.done = true
 		_ = b.rc.SetReadDeadline(time.Time{})
+		b.restartWrite() // the response's allowance runs from here
 	case b.n >= b.next && !b.done:
 		b.extend()
 	}

@@ -420,3 +420,40 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
 }
+
+// A body that arrives at an acceptable rate but for longer than the write
+// allowance is still answered: the response's allowance runs from when
+// the body last made progress, not from the request's start.
+func TestD8_SlowButSteadyBodyGetsItsAnswer(t *testing.T) {
+	ui := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		fmt.Fprintf(w, "read %d", n)
+	})
+	addr := serveReal(t, Config{UI: ui, HTTP: HTTPOptions{BodyTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MinRate: 100 << 10}})
+	pr, pw := io.Pipe()
+	go func() {
+		chunk := make([]byte, 10<<10)
+		for range 20 { // 200 KB over ~1 s: 200 KB/s, above the minimum rate
+			time.Sleep(50 * time.Millisecond)
+			if _, err := pw.Write(chunk); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", "http://"+addr+"/upload", pr)
+	req.Header.Set("Content-Type", jsonType)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("no answer after a steady 1 s upload with a 300 ms write allowance: %v", err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(b) != fmt.Sprint("read ", 200<<10) {
+		t.Fatalf("%d %s", res.StatusCode, b)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/laggard-dev/laggard/internal/catalog"
-	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
@@ -52,12 +51,12 @@ type lifecycleStore interface {
 
 // lifecycle runs retention and reclaims deleted jobs' space.
 type lifecycle struct {
-	cfg LifecycleConfig
-	st  lifecycleStore
-	cat *catalog.Catalog
-	det *detect.Detector
-	log *slog.Logger
-	now func() time.Time
+	cfg    LifecycleConfig
+	st     lifecycleStore
+	cat    *catalog.Catalog
+	forget func(job string) // drops a deleted job's diagnosis and per-job series
+	log    *slog.Logger
+	now    func() time.Time
 
 	deleted *prometheus.CounterVec
 	kick    chan struct{}
@@ -75,7 +74,7 @@ func (s *Server) startLifecycle(st Store, cat *catalog.Catalog) error {
 	}
 	cfg := s.cfg.Lifecycle
 	cfg.setDefaults()
-	l := &lifecycle{cfg: cfg, st: ls, cat: cat, det: s.detector, log: s.log.With("component", "retention"), now: time.Now,
+	l := &lifecycle{cfg: cfg, st: ls, cat: cat, forget: s.forgetJob, log: s.log.With("component", "retention"), now: time.Now,
 		kick: make(chan struct{}, 1), done: make(chan struct{})}
 	var err error
 	if l.deleted, err = newReasonCounter(s.reg, "retention", "deleted_jobs_total",
@@ -93,10 +92,17 @@ func (s *Server) startLifecycle(st Store, cat *catalog.Catalog) error {
 	return nil
 }
 
+// forgetJob drops what the server keeps about a deleted job: its
+// diagnosis and its per-job metric series.
+func (s *Server) forgetJob(job string) {
+	s.detector.Forget(job)
+	s.apiMetrics.ForgetJob(job)
+}
+
 // onDelete is the API's OnDelete: the diagnosis forgets the job at once
 // and the compactor reclaims its space soon.
 func (s *Server) onDelete(job string) {
-	s.detector.Forget(job)
+	s.forgetJob(job)
 	if s.life != nil {
 		s.life.deleted.WithLabelValues("api").Inc()
 		select {
@@ -152,7 +158,7 @@ func (l *lifecycle) retain(ctx context.Context) {
 			return
 		}
 		if l.cfg.RetentionAge > 0 && now.Sub(a.Last()) > l.cfg.RetentionAge {
-			l.delete(a, "age", "idle_for", now.Sub(a.Last()).Round(time.Second).String())
+			l.delete(a, now.Add(-l.cfg.RetentionAge), "age", "idle_for", now.Sub(a.Last()).Round(time.Second).String())
 			continue
 		}
 		kept = append(kept, a)
@@ -175,19 +181,25 @@ func (l *lifecycle) retain(ctx context.Context) {
 			return
 		}
 		est, _ := l.st.JobDiskBytes(a.ID)
-		if l.delete(a, "size", "job_bytes", est, "store_bytes", size) {
+		if l.delete(a, now.Add(-l.cfg.RetentionMinIdle), "size", "job_bytes", est, "store_bytes", size) {
 			size -= int64(est)
 		}
 	}
 }
 
-// delete removes one job, logging why.
-func (l *lifecycle) delete(a store.JobAge, reason string, attrs ...any) bool {
-	if err := l.cat.Delete(a.ID); err != nil {
+// delete removes one job, logging why, unless it was written after
+// idleSince (its age was read before; it may have resumed since).
+func (l *lifecycle) delete(a store.JobAge, idleSince time.Time, reason string, attrs ...any) bool {
+	deleted, err := l.cat.DeleteIdle(a.ID, idleSince)
+	if err != nil {
 		l.log.Warn("retention: deleting job", "job", a.ID, "reason", reason, "err", err)
 		return false
 	}
-	l.det.Forget(a.ID)
+	if !deleted {
+		l.log.Info("retention: job written again since it was found idle; kept", "job", a.ID, "reason", reason)
+		return false
+	}
+	l.forget(a.ID)
 	l.deleted.WithLabelValues(reason).Inc()
 	l.log.Info("retention: job deleted", append([]any{"job", a.ID, "reason", reason, "last_write", a.Last().UTC().Format(time.RFC3339)}, attrs...)...)
 	return true

@@ -112,6 +112,13 @@ func TestDeleteJobAPI(t *testing.T) {
 	if v := metric(t, ts.URL, `laggard_retention_deleted_jobs_total{reason="api"}`); v != "1" {
 		t.Errorf("deleted_jobs_total{reason=api} %s", v)
 	}
+	// The deleted job's per-job series are gone; the other job's stay.
+	if body := string(do(t, "GET", ts.URL+"/metrics", "", nil).body); strings.Contains(body, `job="gone"`) {
+		t.Errorf("the deleted job's per-job series are still exported")
+	}
+	if v := metric(t, ts.URL, `laggard_ingest_vectors_total{encoding="json",job="kept"}`); v != "80" {
+		t.Errorf("the kept job's ingest series: %q, want 80", v)
+	}
 	if got, _ := st.Stats("kept"); got.Vectors != 80 {
 		t.Errorf("the other job has %d vectors", got.Vectors)
 	}

@@ -104,18 +104,19 @@ var _ Store = (*store.Store)(nil)
 // evaluation, the HTTP API, /metrics, /healthz and the UI. Create it with
 // New; it is safe for concurrent use.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	reg      *prometheus.Registry
-	hm       *httpMetrics
-	am       *authMetrics
-	hyg      *hygieneMetrics
-	routes   map[string]access // what each route needs (auth.go)
-	vectors  *api.VectorQueue
-	analyzer *analysis.Analyzer
-	detector *detect.Detector
-	handler  http.Handler
-	life     *lifecycle // nil when the store has no lifecycle (lifecycle.go)
+	cfg        Config
+	log        *slog.Logger
+	reg        *prometheus.Registry
+	hm         *httpMetrics
+	am         *authMetrics
+	hyg        *hygieneMetrics
+	routes     map[string]access // what each route needs (auth.go)
+	vectors    *api.VectorQueue
+	analyzer   *analysis.Analyzer
+	detector   *detect.Detector
+	handler    http.Handler
+	life       *lifecycle // nil when the store has no lifecycle (lifecycle.go)
+	apiMetrics *api.Metrics
 
 	mu        sync.Mutex
 	addr      net.Addr
@@ -156,6 +157,7 @@ func New(cfg Config, st Store) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
+	s.apiMetrics = am
 	s.vectors = ingest.New(ingest.Config{MaxRequests: cfg.QueueDepth, MaxBytes: cfg.QueueBytes,
 		MaxCommitRequests: cfg.MaxCommitBatches, MaxCommitItems: cfg.MaxCommitVectors},
 		func(reqs []*ingest.Request[[]stagevec.Vector]) error {
@@ -215,7 +217,9 @@ func (s *Server) newGate() (*ingest.Gate, error) {
 	}
 	maxBytes := max(qb/2, 2*s.cfg.MaxBodyBytes)
 	g := ingest.NewGate(ingest.GateConfig{Slots: max(2, runtime.GOMAXPROCS(0)), MaxBytes: maxBytes,
-		JobBytes: max(maxBytes/2, s.cfg.MaxBodyBytes)})
+		// A largest body plus slack: the limit reader reads a byte past
+		// MaxBodyBytes to answer 413, which must not trip the share (429).
+		JobBytes: max(maxBytes/2, s.cfg.MaxBodyBytes+ingest.SmallBody)})
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "laggard", Subsystem: "ingest", Name: "inflight_bytes",
 		Help: "Request body bytes being read or decoded, before the ingest queue."}, func() float64 { return float64(g.InFlight()) })
 	return g, s.reg.Register(inflight)

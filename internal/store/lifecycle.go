@@ -17,6 +17,24 @@ import (
 // Reclaim. It is allowed while the disk is nearly full, since it is how
 // space is freed. Unknown ids return an error wrapping ErrNotFound.
 func (s *Store) DeleteJob(id string) error {
+	_, err := s.deleteJob(id, time.Time{})
+	return err
+}
+
+// DeleteIdleJob is DeleteJob for retention: it deletes the job only if
+// nothing was written to it after idleSince, checked under the write lock
+// so a job that resumed since its age was read is kept (false, nil).
+func (s *Store) DeleteIdleJob(id string, idleSince time.Time) (bool, error) {
+	return s.deleteJob(id, idleSince)
+}
+
+func (s *Store) deleteJob(id string, idleSince time.Time) (bool, error) {
+	var deleted bool
+	err := s.deleteJobLocked(id, idleSince, &deleted)
+	return deleted, err
+}
+
+func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -36,6 +54,14 @@ func (s *Store) DeleteJob(id string) error {
 	// apply while the job goes (AppendMany re-checks under wmu).
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if !idleSince.IsZero() {
+		s.mu.RLock()
+		lw := s.lastWrite[id]
+		s.mu.RUnlock()
+		if lw > idleSince.UnixMilli() {
+			return nil // written since: not idle any more
+		}
+	}
 	lo, hi := vecPrefix(id), vecPrefixEnd(id)
 	b := s.db.NewBatch()
 	err := b.DeleteRange(lo, hi, nil)
@@ -63,6 +89,7 @@ func (s *Store) DeleteJob(id string) error {
 	s.delMu.Lock()
 	s.deleted = append(s.deleted, [2][]byte{lo, hi})
 	s.delMu.Unlock()
+	*deleted = true
 	return nil
 }
 

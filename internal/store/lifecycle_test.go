@@ -451,3 +451,30 @@ func TestStatsLastWrite(t *testing.T) {
 		t.Fatalf("JobAges %+v %v", ages, err)
 	}
 }
+
+// Retention reads job ages, then deletes: a job written after its age was
+// read is kept (DeleteIdleJob checks again under the write lock).
+func TestDeleteIdleJobKeepsResumedJob(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	if err := s.PutJob(testJob("a")); err != nil {
+		t.Fatal(err)
+	}
+	readAt := time.Now().Add(-time.Second) // the age was read before this write
+	if err := s.Append("a", vecs("a", 0, 10, 2)); err != nil {
+		t.Fatal(err)
+	}
+	deleted, err := s.DeleteIdleJob("a", readAt)
+	if err != nil || deleted {
+		t.Fatalf("DeleteIdleJob of a job written since: deleted=%v err=%v, want kept", deleted, err)
+	}
+	if got := collect(t, s, "a", 0, 100); len(got) != 20 {
+		t.Fatalf("kept job has %d vectors, want 20", len(got))
+	}
+	deleted, err = s.DeleteIdleJob("a", time.Now().Add(time.Second))
+	if err != nil || !deleted {
+		t.Fatalf("DeleteIdleJob of an idle job: deleted=%v err=%v", deleted, err)
+	}
+	if _, err := s.Job("a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("idle job still there: %v", err)
+	}
+}

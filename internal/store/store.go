@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
@@ -371,6 +372,11 @@ func (s *Store) load() error {
 			return err
 		}
 		s.stats[id] = st
+		if lw == 0 && st.Vectors > 0 {
+			// Written by a version that did not record it: count from
+			// now, or retention would take a live job for an idle one.
+			lw = time.Now().UnixMilli()
+		}
 		s.lastWrite[id] = lw
 		return nil
 	})
