@@ -289,10 +289,11 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int{"accepted": len(vs)})
 }
 
-// submitPart is the most vectors one queue request holds: about 1.5 MiB
-// of decoded cost at 6 stages, a few milliseconds of commit work, well
-// under the queue's commit bound so parts of several jobs share a commit.
-const submitPart = 4096
+// submitPart is the most vectors one queue request holds: about 0.4 MiB
+// of decoded cost at 6 stages, a few milliseconds of commit work, under
+// the queue's commit bound (1 MiB) so parts of several jobs share a
+// commit.
+const submitPart = 2048
 
 func reasonFor(status int, reason string) string {
 	switch status {

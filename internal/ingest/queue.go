@@ -60,11 +60,15 @@ type Config struct {
 	// others flood.
 	Reserve float64
 	// MaxCommitRequests, MaxCommitItems and MaxCommitBytes bound one group
-	// commit (256 requests, 1<<18 items, 4 MiB of cost), which bounds a
+	// commit (256 requests, 1<<18 items, 1 MiB of cost), which bounds a
 	// commit's latency and so the wait of a request admitted behind it:
-	// about two commits. 4 MiB is ~20k vectors, tens of milliseconds of
-	// encoding and applying, against an fsync of about a millisecond, so
-	// the fsync is still well amortized. A single request larger than
+	// about two commits. 1 MiB is ~5k vectors, a few milliseconds of
+	// encoding and applying when they are new, against an fsync of about
+	// a millisecond, so the fsync is still amortized; re-sent old steps
+	// cost a duplicate probe each under the store's write lock, which is
+	// why the bound is not larger (measured with 64 posters: the same
+	// ingest rate at 1 MiB as at 4 MiB, and another job's post waited a
+	// fifth as long behind a replay flood). A single request larger than
 	// that is committed alone.
 	MaxCommitRequests int
 	MaxCommitItems    int
@@ -97,7 +101,7 @@ func (c *Config) setDefaults() {
 		c.Writers = 2
 	}
 	if c.MaxCommitBytes <= 0 {
-		c.MaxCommitBytes = 4 << 20
+		c.MaxCommitBytes = 1 << 20
 	}
 }
 
