@@ -225,7 +225,9 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 	// the decoded vectors are charged to the queue from here on.
 	in.close()
 	if in.err != nil {
-		a.d.Vectors.CountShed(in.err)
+		if errors.Is(in.err, ingest.ErrFull) { // not a client that left while waiting
+			a.d.Vectors.CountShed(in.err)
+		}
 		a.shed(w, r, job.ID, in.err)
 		return
 	}
