@@ -62,7 +62,14 @@ type answer struct {
 
 func send(t *testing.T, method, url, ctype string, body []byte) answer {
 	t.Helper()
-	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	return sendReader(t, method, url, ctype, bytes.NewReader(body))
+}
+
+// sendReader is send with a body of any reader; one that is not a
+// bytes/strings reader has no known length and goes out chunked.
+func sendReader(t *testing.T, method, url, ctype string, body io.Reader) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,19 +262,8 @@ func TestD2_LargeBatchInParts(t *testing.T) {
 	}
 	// The same batch again without a length (chunked): the gate reserves
 	// as it reads; the keys are rewritten, not added.
-	req, err := http.NewRequest("POST", base+"/api/v1/jobs/j/vectors", io.MultiReader(bytes.NewReader(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("chunked large batch: %d %s", res.StatusCode, raw)
+	if a := sendReader(t, "POST", base+"/api/v1/jobs/j/vectors", "application/json", io.MultiReader(bytes.NewReader(body))); a.status != http.StatusOK {
+		t.Fatalf("chunked large batch: %d %s", a.status, a.raw)
 	}
 	var view struct {
 		LastStep int64 `json:"last_step"`
@@ -285,18 +281,7 @@ func TestChunkedBodyPastLimitIs413(t *testing.T) {
 	base := ingestServer(t)
 	register(t, base, "j")
 	body := io.MultiReader(strings.NewReader(`{"vectors":[`), strings.NewReader(strings.Repeat(" ", 64<<20)), strings.NewReader(`]}`))
-	req, err := http.NewRequest("POST", base+"/api/v1/jobs/j/vectors", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Fatalf("chunked body past the limit: %d %s, want 413", res.StatusCode, raw)
+	if a := sendReader(t, "POST", base+"/api/v1/jobs/j/vectors", "application/json", body); a.status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked body past the limit: %d %s, want 413", a.status, a.raw)
 	}
 }

@@ -108,11 +108,7 @@ func (a *API) checkStepRange(jobID string, vs []stagevec.Vector) error {
 // refused (queue full, the job's share, no decode slot in time), or 503
 // once the server is shutting down.
 func (a *API) shed(w http.ResponseWriter, r *http.Request, job string, err error) {
-	if errors.Is(err, ingest.ErrClosed) {
-		a.reject(w, r, http.StatusServiceUnavailable, reasonShutdown, err)
-		return
-	}
-	if !errors.Is(err, ingest.ErrFull) { // the client left while waiting
+	if !errors.Is(err, ingest.ErrFull) { // shutting down, or the client left while waiting
 		a.reject(w, r, http.StatusServiceUnavailable, reasonShutdown, err)
 		return
 	}
@@ -196,7 +192,7 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 	}
 	// Shed a job that already holds its share of the queue before its
 	// body is read: refusing it then costs a header, not a decode (D2).
-	if err := a.d.Vectors.Precheck(job.ID, max(r.ContentLength, 1)); err != nil {
+	if err := a.d.Vectors.Precheck(job.ID, r.ContentLength); err != nil { // a length of -1 (unknown) counts as 1
 		a.shed(w, r, job.ID, err)
 		return
 	}

@@ -231,8 +231,15 @@ func TestD8_BodyAtRateAndLongHandler(t *testing.T) {
 		fmt.Fprintf(w, "read %d", n)
 	})
 	addr := serveReal(t, Config{UI: ui, HTTP: HTTPOptions{BodyTimeout: 300 * time.Millisecond, MinRate: 100 << 10}})
-	// 200 KB in 20 pieces over ~1 s: longer than the 300 ms allowance, but
-	// at 200 KB/s, above the minimum rate.
+	if err := steadyUpload(addr); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// steadyUpload posts 200 KB in 20 pieces over ~1 s to a server whose
+// handler answers "read N" once it has the body: longer than the tests'
+// 300 ms allowances, but at 200 KB/s, above their minimum rate.
+func steadyUpload(addr string) error {
 	pr, pw := io.Pipe()
 	go func() {
 		chunk := make([]byte, 10<<10)
@@ -248,13 +255,14 @@ func TestD8_BodyAtRateAndLongHandler(t *testing.T) {
 	req.Header.Set("Content-Type", jsonType)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	if res.StatusCode != 200 || string(b) != fmt.Sprint("read ", 200<<10) {
-		t.Fatalf("%d %s", res.StatusCode, b)
+		return fmt.Errorf("%d %s", res.StatusCode, b)
 	}
+	return nil
 }
 
 // TestD8_ConnectionLimit: connections were unlimited.
@@ -434,26 +442,7 @@ func TestD8_SlowButSteadyBodyGetsItsAnswer(t *testing.T) {
 		fmt.Fprintf(w, "read %d", n)
 	})
 	addr := serveReal(t, Config{UI: ui, HTTP: HTTPOptions{BodyTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MinRate: 100 << 10}})
-	pr, pw := io.Pipe()
-	go func() {
-		chunk := make([]byte, 10<<10)
-		for range 20 { // 200 KB over ~1 s: 200 KB/s, above the minimum rate
-			time.Sleep(50 * time.Millisecond)
-			if _, err := pw.Write(chunk); err != nil {
-				return
-			}
-		}
-		pw.Close()
-	}()
-	req, _ := http.NewRequest("POST", "http://"+addr+"/upload", pr)
-	req.Header.Set("Content-Type", jsonType)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
+	if err := steadyUpload(addr); err != nil {
 		t.Fatalf("no answer after a steady 1 s upload with a 300 ms write allowance: %v", err)
-	}
-	b, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 || string(b) != fmt.Sprint("read ", 200<<10) {
-		t.Fatalf("%d %s", res.StatusCode, b)
 	}
 }

@@ -82,9 +82,14 @@ func ReadBody(r io.Reader, limit int64, fn func(b []byte) error) error {
 // most limit bytes (DefaultLimit if limit <= 0), and validates every vector
 // against job. Errors name the vector's index: vectors[3].durations_ms.
 func DecodeJSONBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vector, error) {
+	return decodeBatch(r, job, limit, UnmarshalJSONBatch)
+}
+
+// decodeBatch reads a whole body (ReadBody) and unmarshals it as a batch.
+func decodeBatch(r io.Reader, job *signal.Job, limit int64, unmarshal func([]byte, *signal.Job) ([]stagevec.Vector, error)) ([]stagevec.Vector, error) {
 	var vs []stagevec.Vector
 	err := ReadBody(r, limit, func(b []byte) (err error) {
-		vs, err = UnmarshalJSONBatch(b, job)
+		vs, err = unmarshal(b, job)
 		return err
 	})
 	return vs, err

@@ -20,12 +20,7 @@ import (
 // Unknown fields are rejected, as in JSON: a newer client's measurement
 // silently dropped here would skew the analysis without anyone noticing.
 func DecodeProtoBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vector, error) {
-	var vs []stagevec.Vector
-	err := ReadBody(r, limit, func(b []byte) (err error) {
-		vs, err = UnmarshalProtoBatch(b, job)
-		return err
-	})
-	return vs, err
+	return decodeBatch(r, job, limit, UnmarshalProtoBatch)
 }
 
 // UnmarshalProtoBatch is DecodeProtoBatch over an in-memory body.
