@@ -6,7 +6,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin/laggard
 LDFLAGS := -s -w
 
-.PHONY: all deps deps-browser build demo test test-go test-py bench fuzz chaos eval clean
+.PHONY: all deps deps-browser build demo test test-go test-py bench fuzz chaos eval clean native test-native
 
 all: build
 
@@ -34,9 +34,18 @@ deps-browser:
 
 test: deps deps-browser test-go test-py
 
-test-go:
+test-go: test-native
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+# The NCCL LD_PRELOAD shim (native/ncclshim) with the system C compiler,
+# and its C tests against a stub libnccl.so — no GPU needed. The Go reader's
+# multi-process test (internal/agent/nccl) builds its own copy.
+native:
+	$(MAKE) -C native/ncclshim
+
+test-native:
+	$(MAKE) -C native/ncclshim test
 
 # The client's unit tests run from the source tree; install_test.sh then
 # pip-installs it offline (directory, sdist, editable) into a throwaway venv

@@ -9,12 +9,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
 	pyclient "github.com/laggard-dev/laggard/clients/python"
+	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/demo"
 	"github.com/laggard-dev/laggard/internal/render"
 	"github.com/laggard-dev/laggard/internal/server"
@@ -33,7 +35,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	seed := fs.Int64("seed", 0, "random seed in [1, 2^31) (default 0: time-based)")
 	python := fs.String("python", "", "Python interpreter with PyTorch (default: $LAGGARD_PYTHON, /usr/bin/python3, python3)")
 	keep := fs.Bool("keep", isTerminal(os.Stdout), "keep the server and web UI running after the diagnosis (until Ctrl-C)")
-	asJSON := fs.Bool("json", false, "print the report as JSON instead of text")
+	asJSON := fs.Bool("json", false, "print the report as JSON instead of text (the job report, schema "+analysis.ReportSchema+", with the Greyhound report under \"greyhound\")")
 	level := fs.String("log-level", "warn", "server log level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -128,9 +130,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res.Report); err != nil {
+		if err := writeDemoJSON(stdout, res); err != nil {
 			return err
 		}
 	} else {
@@ -139,6 +139,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		printVerdict(stdout, res, *fault, *rank, *delay)
+		printGreyhound(stdout, res, *rank)
 		fmt.Fprintf(stdout, "\nweb UI: %s/#/jobs/%s\n", url, job)
 	}
 	if *keep {
@@ -189,6 +190,26 @@ func printVerdict(w io.Writer, res *demo.Result, fault string, rank int, delay f
 	}
 }
 
+// demoJSON is `laggard demo --json`: the job report's fields at the top
+// level as before (readers of its schema keep working), with the
+// Greyhound report beside them — null, with greyhound_error saying why,
+// when the server made none.
+type demoJSON struct {
+	*analysis.Report
+	Greyhound      *analysis.GreyhoundReport `json:"greyhound"`
+	GreyhoundError string                    `json:"greyhound_error,omitempty"`
+}
+
+func writeDemoJSON(w io.Writer, res *demo.Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	out := demoJSON{Report: res.Report, Greyhound: res.Greyhound}
+	if res.Greyhound == nil {
+		out.GreyhoundError = res.GreyhoundErr
+	}
+	return enc.Encode(out)
+}
+
 func faultNames() []string {
 	var ns []string
 	for n := range demo.Faults {
@@ -201,4 +222,27 @@ func faultNames() []string {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// printGreyhound is the Greyhound block beside StageFrontier's headline:
+// the iteration time the server derived from the collective calls alone
+// (§4.2) and the controller's verdict (§4.1–4.3).
+func printGreyhound(w io.Writer, res *demo.Result, rank int) {
+	fmt.Fprintf(w, "\n── Greyhound (from collective calls only) ─────────────────────\n")
+	if res.Greyhound == nil {
+		fmt.Fprintf(w, "  no Greyhound report: %s\n", res.GreyhoundErr)
+		return
+	}
+	if err := renderGreyhound(w, res.Greyhound); err != nil {
+		return
+	}
+	v := res.Greyhound.Verdict
+	switch {
+	case slices.Contains(v.Ranks, rank):
+		fmt.Fprintf(w, "  ✔ Greyhound names rank %d (injected on %d)\n", rank, rank)
+	case len(v.Ranks) > 0:
+		fmt.Fprintf(w, "  ✘ Greyhound names rank(s) %v (injected on %d)\n", v.Ranks, rank)
+	default:
+		fmt.Fprintf(w, "  – Greyhound names no rank (%s; injected on %d)\n", v.Kind, rank)
+	}
 }

@@ -3,6 +3,9 @@
 //	laggard serve     run the ingest server, API, metrics and web UI
 //	laggard analyze   analyze an exported stage matrix (JSONL or CSV)
 //	laggard token     make an API token for serve -tokens
+//	laggard agent     node agent: ship NCCL shim records to the server
+//	laggard changepoints  change points in a step,value series (BOCD+V)
+//	laggard greyhound show a job's Greyhound report
 //	laggard demo      train a real PyTorch DDP job with an injected straggler and diagnose it
 //	laggard version   print the version
 //	laggard help      show help for laggard or one command
@@ -46,6 +49,17 @@ func commands() []command {
 		{name: "demo", summary: "train a real PyTorch DDP job with an injected straggler and show the diagnosis", run: runDemo, examples: []string{
 			"laggard demo                                # a hidden 120 ms data-loader fault on 4 ranks",
 			"laggard demo -fault backward -world 8 -keep=false",
+		}},
+		{name: "agent", summary: "node agent: drain the NCCL shim's shared-memory rings and ship collective calls to the server", run: runAgent, examples: []string{
+			"laggard agent -server http://laggard:7070 -token-file /etc/laggard/agent-token",
+		}},
+		{name: "changepoints", summary: "find change points in a step,value series (CSV or JSONL) with BOCD+V, BOCD or a sliding window", run: runChangepoints, examples: []string{
+			"laggard changepoints steps.csv              # BOCD with verification (Greyhound §4.2)",
+			"laggard changepoints -method window --json steps.jsonl",
+		}},
+		{name: "greyhound", summary: "show a job's Greyhound report: iteration time, change points, group comparison, controller phase, verdict", run: runGreyhound, examples: []string{
+			"laggard greyhound -server http://127.0.0.1:7070 run42",
+			"laggard greyhound --json run42 | jq .verdict",
 		}},
 		{name: "token", summary: "make an API token and its line for serve -tokens", run: runToken, examples: []string{
 			"laggard token -scopes read grafana >> tokens   # a read token for dashboards (token on stderr, file line on stdout)",

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/laggard-dev/laggard/internal/auth"
+	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/server"
 	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/ui"
@@ -29,6 +30,7 @@ type serveOptions struct {
 	dataDir    string
 	queueDepth int
 	maxBody    int64
+	greyhound  greyhoundOptions
 	sec        securityOptions // serve's own flags; demo leaves them zero
 	life       storageOptions  // serve's own flags; demo leaves them zero
 }
@@ -163,6 +165,19 @@ func (o *serveOptions) register(fs *flag.FlagSet, defaultData string) {
 	fs.StringVar(&o.dataDir, "data", defaultData, "directory of the embedded store (created if missing)")
 	fs.IntVar(&o.queueDepth, "queue", 1024, "ingest queue depth in batches, 1..1048576; a full queue answers 429")
 	fs.Int64Var(&o.maxBody, "max-body", 64<<20, "largest accepted request body in bytes, 1024..4294967296")
+	fs.DurationVar(&o.greyhound.interval, "greyhound-interval", 2*time.Second, "how often the Greyhound controller evaluates each job with collective calls (0: off; the report and validation routes still serve)")
+	fs.DurationVar(&o.greyhound.margin, "greyhound-margin", 3*time.Second, "how far ahead of the ranks a validation plan's at_step is scheduled")
+}
+
+// greyhoundOptions schedule the Greyhound-Detect controller.
+type greyhoundOptions struct{ interval, margin time.Duration }
+
+func (o greyhoundOptions) config() detect.GreyhoundConfig {
+	c := detect.GreyhoundConfig{Interval: o.interval, Margin: o.margin}
+	if o.interval == 0 {
+		c.Interval = -1
+	}
+	return c
 }
 
 // validate checks the flags register defines.
@@ -170,7 +185,13 @@ func (o *serveOptions) validate() error {
 	if o.addr == "" {
 		return errors.New("-addr must not be empty (127.0.0.1:0 picks a free port)")
 	}
+	if o.greyhound.interval != 0 {
+		if err := checkRange("greyhound-interval", o.greyhound.interval, 100*time.Millisecond, time.Hour); err != nil {
+			return err
+		}
+	}
 	return errors.Join(
+		checkRange("greyhound-margin", o.greyhound.margin, 0, time.Hour),
 		checkRange("queue", o.queueDepth, 1, 1<<20),
 		checkRange("max-body", o.maxBody, 1<<10, 1<<32),
 	)
@@ -256,6 +277,7 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 	}
 	srv, err := server.New(server.Config{
 		Addr: ln.Addr().String(), DataDir: absPath(o.dataDir), QueueDepth: o.queueDepth, MaxBodyBytes: o.maxBody,
+		Greyhound:  o.greyhound.config(),
 		QueueBytes: int64(o.life.queueBytes), Logger: log, UI: ui.Handler(), Access: access, HTTP: httpOpts,
 		Lifecycle: server.LifecycleConfig{RetentionAge: o.life.retentionAge, RetentionSize: int64(o.life.retentionSize),
 			Interval: o.life.compactInterval},

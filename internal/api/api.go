@@ -43,19 +43,26 @@ type Diagnoses interface {
 	Latest(job string) (any, bool)
 }
 
-// VectorQueue is the ingest queue stage-vector batches are committed by.
-type VectorQueue = ingest.Queue[[]stagevec.Vector]
+// VectorQueue is the ingest queue (Queue); the name predates the other
+// signal kinds.
+type VectorQueue = Queue
 
 // Deps are the API's collaborators.
 type Deps struct {
 	Catalog *catalog.Catalog
 	Reader  Reader
-	Vectors *VectorQueue
+	Vectors *VectorQueue // every signal kind's ingest queue (Queue)
+	// Collectives, if set, reads the collective keyspace (GET
+	// /collectives, /comms); *store.Store implements it.
+	Collectives CollectiveReader
 	// Gate, if set, bounds body bytes in flight and concurrent decodes
 	// fairly between jobs (ingest.Gate).
 	Gate      *ingest.Gate
 	Reporter  Reporter
 	Diagnoses Diagnoses // optional
+	// Greyhound, if set, serves the Greyhound report and the validation
+	// protocol (greyhound.go).
+	Greyhound Greyhound
 	Metrics   *Metrics
 	Log       *slog.Logger
 	// MaxBodyBytes bounds a request body; larger is 413.
@@ -87,10 +94,14 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /api/v1/jobs/{id}", a.putJob)
 	mux.HandleFunc("POST /api/v1/jobs/{id}/ranks", a.joinRank)
 	mux.HandleFunc("POST /api/v1/jobs/{id}/vectors", a.ingestVectors)
+	mux.HandleFunc("POST /api/v1/jobs/{id}/collectives", a.ingestCollectives)
+	mux.HandleFunc("GET /api/v1/jobs/{id}/collectives", a.listCollectives)
+	mux.HandleFunc("GET /api/v1/jobs/{id}/comms", a.listComms)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/report", a.report)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/export", a.export)
 	mux.HandleFunc("DELETE /api/v1/jobs/{id}", a.deleteJob) // admin scope (server/auth.go)
 	mux.HandleFunc("GET /api/v1/vocabulary", a.vocabulary)
+	a.registerGreyhound(mux)
 	// Unknown API paths get a JSON 404 rather than falling through to the UI.
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusNotFound, errors.New("no API route "+r.Method+" "+r.URL.Path))

@@ -39,16 +39,10 @@ func ingestServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := ingest.New(ingest.Config{}, func(reqs []*ingest.Request[[]stagevec.Vector]) error {
-		batches := make([]store.Batch, len(reqs))
-		for i, r := range reqs {
-			batches[i] = store.Batch{JobID: r.Job, Vectors: r.Payload}
-		}
-		return st.AppendMany(batches)
-	}, quiet, qm)
+	q := ingest.New(ingest.Config{}, Commit(st), quiet, qm)
 	mux := http.NewServeMux()
 	gate := ingest.NewGate(ingest.GateConfig{MaxBytes: 128 << 20, JobBytes: 64<<20 + ingest.SmallBody}) // as the server sizes it
-	New(Deps{Catalog: catalog.New(st), Reader: st, Vectors: q, Gate: gate, Metrics: am, Log: quiet, MaxBodyBytes: 64 << 20}).Register(mux)
+	New(Deps{Catalog: catalog.New(st), Reader: st, Vectors: q, Collectives: st, Gate: gate, Metrics: am, Log: quiet, MaxBodyBytes: 64 << 20}).Register(mux)
 	ts := httptest.NewServer(mux)
 	t.Cleanup(func() { ts.Close(); q.Close(); st.Close() })
 	return ts.URL

@@ -32,6 +32,7 @@ const (
 // Metrics are the API's Prometheus metrics.
 type Metrics struct {
 	vectors, values, bytes *prometheus.CounterVec // by job, encoding; counted once durable
+	calls                  *prometheus.CounterVec // collective calls, by job, encoding
 	rejected               *prometheus.CounterVec // by reason
 	reportSeconds          prometheus.Histogram
 	shedLog                shedLog
@@ -47,12 +48,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Measurements durably stored (stage durations, wall times and probe samples)."}, []string{"job", "encoding"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "ingest", Name: "bytes_total",
 			Help: "Request body bytes of durably stored ingest batches."}, []string{"job", "encoding"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "ingest", Name: "calls_total",
+			Help: "Collective calls durably stored (resent duplicates not counted)."}, []string{"job", "encoding"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "ingest", Name: "rejected_total",
 			Help: "Ingest requests answered with an error, by reason."}, []string{"reason"}),
 		reportSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "report", Name: "seconds",
 			Help: "Latency of computing one job report (scan, assemble, analyze, time axis).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 	}
-	for _, c := range []prometheus.Collector{m.vectors, m.values, m.bytes, m.rejected, m.reportSeconds} {
+	for _, c := range []prometheus.Collector{m.vectors, m.values, m.bytes, m.calls, m.rejected, m.reportSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -67,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // ForgetJob drops a deleted job's per-job series, so job ids that come
 // and go (retention) do not grow /metrics for ever.
 func (m *Metrics) ForgetJob(job string) {
-	for _, c := range []*prometheus.CounterVec{m.vectors, m.values, m.bytes} {
+	for _, c := range []*prometheus.CounterVec{m.vectors, m.values, m.bytes, m.calls} {
 		c.DeletePartialMatch(prometheus.Labels{"job": job})
 	}
 }
@@ -79,6 +82,12 @@ func (m *Metrics) countStored(job, encoding string, vs []stagevec.Vector, bytes 
 	}
 	m.vectors.WithLabelValues(job, encoding).Add(float64(len(vs)))
 	m.values.WithLabelValues(job, encoding).Add(float64(values))
+	m.bytes.WithLabelValues(job, encoding).Add(float64(bytes))
+}
+
+// countCalls counts a durably stored collective batch.
+func (m *Metrics) countCalls(job, encoding string, calls int, bytes int64) {
+	m.calls.WithLabelValues(job, encoding).Add(float64(calls))
 	m.bytes.WithLabelValues(job, encoding).Add(float64(bytes))
 }
 

@@ -176,13 +176,7 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 		a.reject(w, r, status, reasonFor(status, reasonUnknownJob), err)
 		return
 	}
-	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
-		a.reject(w, r, http.StatusUnsupportedMediaType, reasonMediaType, fmt.Errorf("unsupported Content-Encoding %q", signal.Clip(enc)))
-		return
-	}
-	if r.ContentLength > a.d.MaxBodyBytes {
-		a.reject(w, r, http.StatusRequestEntityTooLarge, reasonTooLarge,
-			fmt.Errorf("%w: %d bytes, the limit is %d; send smaller batches", laggardv1.ErrTooLarge, r.ContentLength, a.d.MaxBodyBytes))
+	if !a.checkBodyHeaders(w, r) {
 		return
 	}
 	decode, encoding, err := bodyDecoder(r)
@@ -190,46 +184,12 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 		a.reject(w, r, http.StatusUnsupportedMediaType, reasonMediaType, err)
 		return
 	}
-	// Shed a job that already holds its share of the queue before its
-	// body is read: refusing it then costs a header, not a decode (D2).
-	if err := a.d.Vectors.Precheck(job.ID, r.ContentLength); err != nil { // a length of -1 (unknown) counts as 1
-		a.shed(w, r, job.ID, err)
-		return
-	}
-	body := &countingReader{r: r.Body}
-	in := &gatedReader{r: body, g: a.d.Gate, job: job.ID}
-	defer in.close()
 	var vs []stagevec.Vector
-	err = laggardv1.ReadBody(in, a.d.MaxBodyBytes, func(b []byte) error {
-		// Decoding a large body is the CPU-heavy part: it takes one of a
-		// few slots, handed round-robin between jobs (ingest.Gate). A
-		// small body decodes in microseconds and goes straight through,
-		// so a job's small post never waits for another job's decode.
-		if a.d.Gate != nil && len(b) > ingest.SmallBody {
-			release, err := a.d.Gate.Acquire(r.Context(), job.ID)
-			if err != nil {
-				in.err = err
-				return err
-			}
-			defer release()
-		}
-		var err error
+	n, ok := a.readGated(w, r, job.ID, func(b []byte) (err error) {
 		vs, err = decode(b, job)
 		return err
 	})
-	// The body buffer is gone once decoded; its bytes leave the gate and
-	// the decoded vectors are charged to the queue from here on.
-	in.close()
-	if in.err != nil {
-		if errors.Is(in.err, ingest.ErrFull) { // not a client that left while waiting
-			a.d.Vectors.CountShed(in.err)
-		}
-		a.shed(w, r, job.ID, in.err)
-		return
-	}
-	if err != nil {
-		status := statusOf(err)
-		a.reject(w, r, status, reasonFor(status, reasonInvalid), err)
+	if !ok {
 		return
 	}
 	if len(vs) == 0 {
@@ -241,49 +201,17 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A large batch goes to the queue in parts of at most submitPart
-	// vectors, acknowledged together: each part is one bounded commit, so
-	// another job's post is committed between a flood's parts instead of
-	// waiting for one huge commit (D2). Parts of a batch that is not
-	// acknowledged may be stored; a retry rewrites the same keys.
-	dones := make([]<-chan error, 0, (len(vs)+submitPart-1)/submitPart)
+	// vectors, acknowledged together (commitParts).
+	parts := make([]part, 0, (len(vs)+submitPart-1)/submitPart)
 	for off := 0; off < len(vs); off += submitPart {
 		end := min(off+submitPart, len(vs))
-		part := vs[off:end:end] // capped: the queue charges a part's capacity
-		done, err := a.d.Vectors.Submit(job.ID, part, len(part), body.n*int64(len(part))/int64(len(vs)))
-		switch {
-		case errors.Is(err, ingest.ErrFull):
-			a.shed(w, r, job.ID, err)
-			return
-		case err != nil:
-			a.reject(w, r, http.StatusServiceUnavailable, reasonShutdown, err)
-			return
-		}
-		dones = append(dones, done)
+		p := vs[off:end:end] // capped: the queue charges a part's capacity
+		parts = append(parts, part{item: &ingest.Item{Vectors: p}, items: len(p), first: off})
 	}
-	for i, done := range dones {
-		var err error
-		select {
-		case err = <-done:
-		case <-r.Context().Done():
-			// The client left; the batch still commits (it was valid),
-			// it just cannot be acknowledged.
-			return
-		}
-		if err != nil && len(dones) > 1 {
-			err = fmt.Errorf("vectors from index %d: %w", i*submitPart, err)
-		}
-		var fe *signal.FieldError
-		switch {
-		case errors.As(err, &fe): // a value the store cannot represent
-			a.reject(w, r, http.StatusBadRequest, reasonInvalid, err)
-			return
-		case err != nil:
-			status := statusOf(err) // 507 + Retry-After when the disk is full (D7)
-			a.reject(w, r, status, reasonFor(status, reasonStoreError), fmt.Errorf("storing batch: %w", err))
-			return
-		}
+	if !a.commitParts(w, r, job.ID, "vectors", parts, n) {
+		return
 	}
-	m.countStored(job.ID, encoding, vs, body.n)
+	m.countStored(job.ID, encoding, vs, n)
 	writeJSON(w, http.StatusOK, map[string]int{"accepted": len(vs)})
 }
 

@@ -180,7 +180,25 @@ func (c *Catalog) put(j *signal.Job) error {
 // labels follow the latest, probes and ranks accumulate); one that
 // contradicts it is a *signal.ConflictError; isNotFound tells the store's
 // not-found error apart from failures.
+//
+// The label ImplicitLabel is reserved for RegisterImplicit: an explicit
+// registration carrying it is a *signal.FieldError (it would otherwise be
+// taken for an implicit one and its schema silently ignored).
 func (c *Catalog) Register(nj *signal.Job, isNotFound func(error) bool) (job *signal.Job, created bool, err error) {
+	if _, ok := nj.Labels[ImplicitLabel]; ok {
+		return nil, false, signal.FieldErrorf("labels."+ImplicitLabel, "is reserved for jobs the server registers from collective ingest")
+	}
+	return c.register(nj, isNotFound)
+}
+
+// RegisterImplicit is Register for a job collective ingest registers
+// (ImplicitJob): it only has to agree with a known job on the world size,
+// and changes nothing of it.
+func (c *Catalog) RegisterImplicit(id string, world int, schema signal.Schema, isNotFound func(error) bool) (job *signal.Job, created bool, err error) {
+	return c.register(ImplicitJob(id, world, schema), isNotFound)
+}
+
+func (c *Catalog) register(nj *signal.Job, isNotFound func(error) bool) (job *signal.Job, created bool, err error) {
 	nj = cloneJob(nj)
 	nj.Ranks = mergeRanks(nil, nj.Ranks)
 	c.wmu.Lock()
@@ -200,6 +218,12 @@ func (c *Catalog) Register(nj *signal.Job, isNotFound func(error) bool) (job *si
 		return nil, false, err
 	}
 	merged := mergeJob(old, nj)
+	switch {
+	case isImplicit(nj):
+		return old, false, nil // collective ingest of a known job changes nothing
+	case isImplicit(old):
+		merged = adopt(old, nj)
+	}
 	if !reflect.DeepEqual(old, merged) {
 		if err := c.put(merged); err != nil {
 			return nil, false, err
@@ -273,14 +297,54 @@ func declare(j *signal.Job, rk signal.Rank) error {
 // MaxGroups bounds the role groups with their own stage lists per job.
 const MaxGroups = 256
 
+// ImplicitLabel marks a job that collective ingest registered because it
+// was unknown: a pure-NCCL job's agent posts calls with the world size
+// alone and has no stage schema to declare.
+const ImplicitLabel = "laggard.implicit"
+
+// ImplicitJob is the registration collective ingest makes for unknown job
+// id: its world size, the default stage schema and ImplicitLabel. An
+// explicit registration (the Python client's PUT) later replaces its
+// schema, accumulation, name and labels instead of conflicting with them.
+func ImplicitJob(id string, world int, schema signal.Schema) *signal.Job {
+	return &signal.Job{ID: id, WorldSize: world, Schema: schema, Labels: map[string]string{ImplicitLabel: "collectives"}}
+}
+
+func isImplicit(j *signal.Job) bool { return j.Labels[ImplicitLabel] != "" }
+
+// adopt is an explicit registration nj of implicitly registered job old:
+// nj's declaration wins, what old accumulated (ranks, creation) stays.
+// Stage vectors are not expected before the explicit registration (the
+// client registers before it ships), so no stored vector changes meaning.
+func adopt(old, nj *signal.Job) *signal.Job {
+	m := cloneJob(nj)
+	m.Created = old.Created
+	m.Ranks = mergeRanks(old.Ranks, nj.Ranks)
+	if m.RunID == "" {
+		m.RunID = old.RunID
+	}
+	delete(m.Labels, ImplicitLabel)
+	if len(m.Labels) == 0 {
+		m.Labels = nil
+	}
+	return m
+}
+
 // conflict reports a re-registration that changes what stored vectors
 // mean: their length (stages), the rank range, the microstep layout — or
-// that comes from another run of the job.
+// that comes from another run of the job. An implicit registration
+// (ImplicitJob) on either side only has to agree on the world size.
 func conflict(old, nj *signal.Job) error {
+	if (isImplicit(old) || isImplicit(nj)) && old.WorldSize != nj.WorldSize {
+		return &signal.ConflictError{Field: "world_size", Msg: fmt.Sprintf("job %q is registered with world_size %d, got %d", old.ID, old.WorldSize, nj.WorldSize)}
+	}
+	if isImplicit(old) || isImplicit(nj) {
+		return conflictRun(old, nj)
+	}
+	if err := conflictRun(old, nj); err != nil {
+		return err
+	}
 	switch {
-	case old.RunID != "" && nj.RunID != "" && old.RunID != nj.RunID:
-		return &signal.ConflictError{Field: "run_id", Msg: fmt.Sprintf("job %q belongs to run %q (registered %s); this is run %q. A job id names one run: use a new job id (LAGGARD_JOB) for a new run",
-			old.ID, signal.Clip(old.RunID), old.Created.Format(time.RFC3339), signal.Clip(nj.RunID))}
 	case old.WorldSize != nj.WorldSize:
 		return &signal.ConflictError{Field: "world_size", Msg: fmt.Sprintf("job %q is registered with world_size %d, got %d", old.ID, old.WorldSize, nj.WorldSize)}
 	case old.Schema.Version != nj.Schema.Version:
@@ -289,6 +353,15 @@ func conflict(old, nj *signal.Job) error {
 		return &signal.ConflictError{Field: "schema.stages", Msg: fmt.Sprintf("job %q is registered with a different ordered stage list %v (order hash %s, got %s)", old.ID, old.Schema.Stages, old.Schema.OrderHash(), nj.Schema.OrderHash())}
 	case max(old.Accumulation, 1) != max(nj.Accumulation, 1):
 		return &signal.ConflictError{Field: "accumulation", Msg: fmt.Sprintf("job %q is registered with accumulation %d, got %d", old.ID, old.Accumulation, nj.Accumulation)}
+	}
+	return nil
+}
+
+// conflictRun refuses a registration from another run of the job.
+func conflictRun(old, nj *signal.Job) error {
+	if old.RunID != "" && nj.RunID != "" && old.RunID != nj.RunID {
+		return &signal.ConflictError{Field: "run_id", Msg: fmt.Sprintf("job %q belongs to run %q (registered %s); this is run %q. A job id names one run: use a new job id (LAGGARD_JOB) for a new run",
+			old.ID, signal.Clip(old.RunID), old.Created.Format(time.RFC3339), signal.Clip(nj.RunID))}
 	}
 	return nil
 }

@@ -56,6 +56,11 @@ type Result struct {
 	RankLocated  bool // the headline names the hidden rank
 	RankWithheld bool // the headline names no rank (and says why)
 	TrainSeconds float64
+	// Greyhound is the collective-derived report (iteration time by ACF,
+	// BOCD+V change points, the controller's phase and verdict); nil with
+	// GreyhoundErr saying why when the server has none.
+	Greyhound    *analysis.GreyhoundReport
+	GreyhoundErr string
 }
 
 // Run trains the DDP job against the server and fetches the diagnosis for
@@ -81,7 +86,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"--server", o.ServerURL, "--job", o.JobID,
 		"--world", fmt.Sprint(o.World), "--steps", fmt.Sprint(o.Warmup + o.Steps), "--warmup", fmt.Sprint(o.Warmup),
 		"--fault", o.Fault, "--fault-rank", fmt.Sprint(o.FaultRank), "--delay-ms", fmt.Sprint(o.DelayMS),
-		"--fault-start", fmt.Sprint(o.Warmup), "--seed", fmt.Sprint(o.Seed)}
+		"--fault-start", fmt.Sprint(o.Warmup), "--seed", fmt.Sprint(o.Seed),
+		// Greyhound: capture the DDP buckets' collectives and take part in
+		// validation plans, so the server derives iteration time itself.
+		"--collectives", "on", "--validation", "on"}
 	cmd := exec.CommandContext(ctx, py, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "PYTHONUNBUFFERED=1", "OMP_NUM_THREADS=1")
@@ -146,6 +154,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.StageInTop2 = slices.Contains(g.Top2, want)
 	}
 	res.RankLocated = rep.Headline.Rank == o.FaultRank
+	if gr, err := FetchGreyhound(ctx, o.ServerURL, o.JobID); err != nil {
+		res.GreyhoundErr = err.Error()
+	} else {
+		res.Greyhound = gr
+	}
 	res.RankWithheld = rep.Headline.Rank < 0
 	return res, nil
 }
@@ -172,6 +185,29 @@ func FetchReport(ctx context.Context, base, job string, from, to int64) (*analys
 	}
 	if len(rep.Groups) == 0 {
 		return nil, fmt.Errorf("report of job %s has no role group", job)
+	}
+	return &rep, nil
+}
+
+// FetchGreyhound asks the server for the job's Greyhound report.
+func FetchGreyhound(ctx context.Context, base, job string) (*analysis.GreyhoundReport, error) {
+	url := fmt.Sprintf("%s/api/v1/jobs/%s/greyhound", base, job)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, lastLine(string(body)))
+	}
+	var rep analysis.GreyhoundReport
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return nil, fmt.Errorf("decoding the greyhound report: %w", err)
 	}
 	return &rep, nil
 }

@@ -3,6 +3,7 @@ package ingest
 import (
 	"unsafe"
 
+	"github.com/laggard-dev/laggard/internal/signal/collective"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
@@ -12,6 +13,8 @@ const (
 	// probeEntry approximates one map entry of Vector.Probes: key header,
 	// value, and the map's bucket overhead (about 2x).
 	probeEntry = 2 * int64(unsafe.Sizeof("")+unsafe.Sizeof(stagevec.Probe{}))
+	callSize   = int64(unsafe.Sizeof(collective.Call{}))
+	commSize   = int64(unsafe.Sizeof(collective.Comm{}))
 )
 
 // Cost is the decoded in-memory size in bytes of a request payload the
@@ -22,11 +25,19 @@ const (
 // vectors were 2.2 GB of memory, far more than their bodies).
 //
 // A type switch rather than a cost callback in Config: Config is shared
-// by every payload type and the vector queue is the one that matters.
+// by every payload type, and *Item covers every signal kind.
 func Cost(payload any) int64 {
 	switch p := payload.(type) {
 	case []stagevec.Vector:
 		return VectorsCost(p)
+	case *Item:
+		if p == nil {
+			return 0
+		}
+		if p.Collectives != nil {
+			return CollectivesCost(p.Collectives)
+		}
+		return VectorsCost(p.Vectors)
 	case string: // tests
 		return int64(len(p))
 	}
@@ -42,6 +53,21 @@ func VectorsCost(vs []stagevec.Vector) int64 {
 		for k := range v.Probes {
 			n += probeEntry + int64(len(k))
 		}
+	}
+	return n
+}
+
+// CollectivesCost is Cost for a collective batch: the call and
+// communicator structs and the strings they hold (a decoder allocates each
+// call's comm id and dtype).
+func CollectivesCost(b *collective.Batch) int64 {
+	n := int64(cap(b.Calls))*callSize + int64(cap(b.Comms))*commSize
+	for i := range b.Calls {
+		n += int64(len(b.Calls[i].Comm) + len(b.Calls[i].Dtype))
+	}
+	for i := range b.Comms {
+		c := &b.Comms[i]
+		n += int64(len(c.ID)+len(c.Parent)+len(c.Backend)+len(c.Host)) + 8*int64(cap(c.Ranks))
 	}
 	return n
 }

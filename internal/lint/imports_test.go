@@ -117,6 +117,8 @@ func TestDataFlowsOneWay(t *testing.T) {
 		{"internal/api", []string{"internal/server", "internal/ui"}},
 		{"internal/render", []string{"internal/store", "internal/api", "internal/server", "internal/ingest"}},
 		{"internal/sim", []string{"internal/store", "internal/analysis", "internal/engine", "internal/api", "internal/server"}},
+		// The node agent ships signals; it never reads storage or runs engines (arch rule 2).
+		{"internal/agent", []string{"internal/store", "internal/engine", "internal/analysis", "internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
 	}
 	for dir, imps := range prod {
 		for _, r := range rules {

@@ -51,20 +51,27 @@ const (
 // must be listed here (or registered with Server.handle); a pattern missing
 // from both needs admin, so a forgotten route fails closed.
 var routeAccess = map[string]access{
-	"GET /api/v1/jobs":               needRead,
-	"GET /api/v1/jobs/{id}":          needRead,
-	"PUT /api/v1/jobs/{id}":          needIngestJob,
-	"POST /api/v1/jobs/{id}/ranks":   needIngestJob,
-	"POST /api/v1/jobs/{id}/vectors": needIngestJob,
-	"GET /api/v1/jobs/{id}/report":   needRead,
-	"GET /api/v1/jobs/{id}/export":   needRead,
-	"GET /api/v1/vocabulary":         needRead,
-	"DELETE /api/v1/jobs/{id}":       needAdmin,
-	"/api/":                          anyToken,
-	"/":                              public,
-	"":                               anyToken, // the mux's own 404/405/redirects
-	"GET /metrics":                   needRead, // MetricsPublic makes it public
-	"GET /healthz":                   public,   // HealthzPrivate makes it needRead
+	"GET /api/v1/jobs":                                needRead,
+	"GET /api/v1/jobs/{id}":                           needRead,
+	"PUT /api/v1/jobs/{id}":                           needIngestJob,
+	"POST /api/v1/jobs/{id}/ranks":                    needIngestJob,
+	"POST /api/v1/jobs/{id}/vectors":                  needIngestJob,
+	"POST /api/v1/jobs/{id}/collectives":              needIngestJob,
+	"GET /api/v1/jobs/{id}/collectives":               needRead,
+	"GET /api/v1/jobs/{id}/comms":                     needRead,
+	"GET /api/v1/jobs/{id}/report":                    needRead,
+	"GET /api/v1/jobs/{id}/export":                    needRead,
+	"GET /api/v1/vocabulary":                          needRead,
+	"GET /api/v1/jobs/{id}/greyhound":                 needRead,
+	"POST /api/v1/jobs/{id}/greyhound/validate":       needIngestJob, // admin implies it
+	"GET /api/v1/jobs/{id}/validation":                needIngestJob,
+	"POST /api/v1/jobs/{id}/validation/{vid}/results": needIngestJob,
+	"DELETE /api/v1/jobs/{id}":                        needAdmin,
+	"/api/":                                           anyToken,
+	"/":                                               public,
+	"":                                                anyToken, // the mux's own 404/405/redirects
+	"GET /metrics":                                    needRead, // MetricsPublic makes it public
+	"GET /healthz":                                    public,   // HealthzPrivate makes it needRead
 }
 
 // handle registers h on mux at pattern with what it needs: the way for a

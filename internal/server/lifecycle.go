@@ -97,6 +97,9 @@ func (s *Server) startLifecycle(st Store, cat *catalog.Catalog) error {
 func (s *Server) forgetJob(job string) {
 	s.detector.Forget(job)
 	s.apiMetrics.ForgetJob(job)
+	if s.greyhound != nil {
+		s.greyhound.Forget(job) // its series; the keyspace went with the job (store.DeleteJob)
+	}
 }
 
 // onDelete is the API's OnDelete: the diagnosis forgets the job at once

@@ -22,7 +22,6 @@ import (
 	"github.com/laggard-dev/laggard/internal/catalog"
 	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/ingest"
-	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
@@ -48,6 +47,10 @@ type Config struct {
 	// Detect configures the background evaluation of active jobs; a
 	// negative Interval disables it.
 	Detect detect.Config
+	// Greyhound schedules the per-job Greyhound-Detect controller (a
+	// negative Interval disables its loop; the report and validation
+	// routes still serve).
+	Greyhound detect.GreyhoundConfig
 	// RetryAfter is the back-off advertised with 429 (default 1s).
 	RetryAfter time.Duration
 	// ShutdownTimeout bounds the graceful drain of open requests (default
@@ -114,6 +117,7 @@ type Server struct {
 	vectors    *api.VectorQueue
 	analyzer   *analysis.Analyzer
 	detector   *detect.Detector
+	greyhound  *detect.Controller // nil when the store has no collective keyspace
 	handler    http.Handler
 	life       *lifecycle // nil when the store has no lifecycle (lifecycle.go)
 	apiMetrics *api.Metrics
@@ -158,15 +162,11 @@ func New(cfg Config, st Store) (*Server, error) {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
 	s.apiMetrics = am
+	// One queue for every signal kind (ingest.Item): one byte budget, one
+	// FIFO per job, shared group commits.
 	s.vectors = ingest.New(ingest.Config{MaxRequests: cfg.QueueDepth, MaxBytes: cfg.QueueBytes,
 		MaxCommitRequests: cfg.MaxCommitBatches, MaxCommitItems: cfg.MaxCommitVectors},
-		func(reqs []*ingest.Request[[]stagevec.Vector]) error {
-			batches := make([]store.Batch, len(reqs))
-			for i, r := range reqs {
-				batches[i] = store.Batch{JobID: r.Job, Vectors: r.Payload}
-			}
-			return st.AppendMany(batches)
-		}, s.log, qm)
+		api.Commit(st), s.log, qm)
 	cat := catalog.New(st)
 	s.analyzer = analysis.New(st, cfg.Analysis)
 	s.analyzer.SetLogger(s.log)
@@ -182,13 +182,28 @@ func New(cfg Config, st Store) (*Server, error) {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
+	if gsrc, ok := st.(analysis.GreyhoundSource); ok {
+		gh, err := analysis.NewGreyhound(gsrc, analysis.DefaultGreyhoundConfig(), analysis.GreyhoundLimits{})
+		if err == nil {
+			s.greyhound, err = detect.NewController(cfg.Greyhound, cat, gh, s.reg, s.log)
+		}
+		if err != nil {
+			s.vectors.Close()
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	gate, err := s.newGate()
 	if err != nil {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
+	var ghAPI api.Greyhound
+	if s.greyhound != nil {
+		ghAPI = s.greyhound
+	}
 	mux := http.NewServeMux()
-	api.New(api.Deps{Catalog: cat, Reader: st, Vectors: s.vectors, Gate: gate, Reporter: s.analyzer, Diagnoses: s.detector,
+	colls, _ := st.(api.CollectiveReader) // optional: test stores may lack it
+	api.New(api.Deps{Catalog: cat, Reader: st, Vectors: s.vectors, Collectives: colls, Gate: gate, Reporter: s.analyzer, Diagnoses: s.detector, Greyhound: ghAPI,
 		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, OnDelete: s.onDelete}).Register(mux)
 	// Routes outside api.Register declare what they need with s.handle
 	// (api.Register's routes are listed in routeAccess).
@@ -230,6 +245,10 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
 // Handler returns the server's HTTP handler (API, metrics, UI).
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Greyhound returns the Greyhound-Detect controller (nil when the store
+// has no collective keyspace).
+func (s *Server) Greyhound() *detect.Controller { return s.greyhound }
 
 // Detector returns the background evaluation.
 func (s *Server) Detector() *detect.Detector { return s.detector }
@@ -273,7 +292,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		"auth", s.cfg.Access.Tokens != nil)
 	dctx, stopDetect := context.WithCancel(ctx)
 	detectDone := make(chan struct{})
+	ghDone := make(chan struct{})
 	go func() { defer close(detectDone); s.detector.Run(dctx) }()
+	go func() {
+		defer close(ghDone)
+		if s.greyhound != nil {
+			s.greyhound.Run(dctx)
+		}
+	}()
 	errc := make(chan error, 1)
 	go func() {
 		if s.cfg.HTTP.TLS != nil {
@@ -289,6 +315,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	stopDetect()
 	<-detectDone
+	<-ghDone
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	shutErr := hs.Shutdown(sctx)

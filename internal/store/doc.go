@@ -1,5 +1,5 @@
-// Package store is laggard's embedded on-disk store for jobs and stage
-// vectors, built on Pebble because analysis windows are range scans over
+// Package store is laggard's embedded on-disk store for jobs, stage
+// vectors and collective calls, built on Pebble because analysis windows are range scans over
 // (job, step, rank) and an LSM turns the ingest stream into sequential
 // writes.
 //
@@ -8,6 +8,18 @@
 //	j/<job>                                         → Job as JSON
 //	s/<job>                                         → JobStats (first, last, count), 24 bytes
 //	v/<job>\x00<step uint64><rank uint32><micro uint16> → stage vector value (codec.go)
+//	c/<job>\x00<rank uint32><enter_ns uint64><comm uint32><seq uint64> → collective call value
+//	m/<job>\x00<comm uint32>                         → communicator: id, size, members
+//	h/<job>\x00<rank uint32><comm uint32>            → highest stored seq, 8 bytes
+//	x/<job>                                         → CollectiveStats, 32 bytes
+//	g/<job>\x00s | p<seq u32> | r<seq u32><rank u32> → Greyhound controller state, plan, result (greyhound.go)
+//
+// The collective keyspace (collective.go, collective_codec.go; byte layout
+// in docs/format/collective.md) keeps each rank's calls in enter order, so
+// a time window of one rank is one bounded iterator. Communicator ids are
+// interned per job (m/), which keeps a call key at 24 bytes after the job.
+// A call whose seq is above its (rank, comm) high-water mark (h/) is new by
+// construction; only a resent one costs an exact-key probe.
 //
 // Job ids never contain \x00, so one job's vectors form one contiguous key
 // range and no job's range is a prefix of another's. A scan of steps

@@ -3,8 +3,10 @@ package store
 import (
 	"errors"
 	"math"
+	"reflect"
 	"testing"
 
+	"github.com/laggard-dev/laggard/internal/signal/collective"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
@@ -61,4 +63,50 @@ func sameVector(a, b *stagevec.Vector) bool {
 		}
 	}
 	return true
+}
+
+// Stored collective values are outside input too: decoding never panics,
+// fails only with ErrCorrupt, and what it accepts re-encodes to itself.
+func FuzzDecodeCall(f *testing.F) {
+	for _, c := range []collective.Call{
+		{Rank: 1, Comm: "w", Seq: 3, Op: collective.AllReduce, Bytes: 4096, Peer: -1, Root: -1, Step: -1, EnterNS: 1.7e18, ReturnNS: 1.7e18 + 10},
+		{Rank: 2, Comm: "w", Op: collective.Send, Peer: 3, Root: -1, Step: 12, Dtype: "bf16", PID: 9, Stream: 77, Count: 8, Grouped: true,
+			EnterNS: 1.7e18, ReturnNS: 1.7e18 + 10, DevStartNS: 1.7e18 - 50, DevEndNS: 1.7e18 + 99},
+	} {
+		f.Add(appendCall(nil, &c))
+	}
+	f.Add([]byte{})
+	f.Add([]byte{1, 0xff, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		const enter = int64(1.7e18)
+		got := collective.Call{Rank: 1, Comm: "w", EnterNS: enter}
+		var d callReader
+		if err := d.decode(b, &got); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
+			}
+			return
+		}
+		again := collective.Call{Rank: 1, Comm: "w", EnterNS: enter}
+		if err := d.decode(appendCall(nil, &got), &again); err != nil || again != got {
+			t.Fatalf("re-encode: %v\n%+v\n%+v", err, got, again)
+		}
+	})
+}
+
+func FuzzDecodeComm(f *testing.F) {
+	f.Add(appendComm(nil, &commRec{ID: "dp", Size: 3, Parent: "w", Backend: "nccl"}))
+	f.Add(appendComm(nil, &commRec{ID: "x"}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeComm(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
+			}
+			return
+		}
+		if again, err := decodeComm(appendComm(nil, &m)); err != nil || !reflect.DeepEqual(again, m) {
+			t.Fatalf("re-encode: %v", err)
+		}
+	})
 }

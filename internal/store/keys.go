@@ -13,6 +13,15 @@ const (
 	prefixStats  = "s/"
 	prefixVector = "v/"
 
+	// Collective-call keyspace (collective.go, docs/format/collective.md).
+	prefixCall      = "c/" // c/<job>\x00<rank u32><enter_ns u64><comm u32><seq u64>
+	prefixComm      = "m/" // m/<job>\x00<comm u32>: the job's interned communicators
+	prefixHighWater = "h/" // h/<job>\x00<rank u32><comm u32>: highest stored seq
+	prefixCollStats = "x/" // x/<job>: CollectiveStats
+
+	// callSuffixLen is rank(4) + enter_ns(8) + comm(4) + seq(8).
+	callSuffixLen = 4 + 8 + 4 + 8
+
 	// vecSuffixLen is step(8) + rank(4) + micro(2).
 	vecSuffixLen = 8 + 4 + 2
 
@@ -35,6 +44,57 @@ func checkJobID(id string) error {
 
 func jobKey(id string) []byte   { return append([]byte(prefixJob), id...) }
 func statsKey(id string) []byte { return append([]byte(prefixStats), id...) }
+
+// jobRange is "<prefix><job>\x00", the common prefix of one job's keys in a
+// per-job keyspace, with room for a suffix of n bytes.
+func jobRange(prefix, id string, n int) []byte {
+	b := make([]byte, 0, len(prefix)+len(id)+1+n)
+	b = append(b, prefix...)
+	b = append(b, id...)
+	return append(b, 0)
+}
+
+// rangeEnd is the exclusive upper bound of the range jobRange starts.
+func rangeEnd(lo []byte) []byte {
+	hi := append([]byte(nil), lo...)
+	hi[len(hi)-1] = 1
+	return hi
+}
+
+// collRanges are job id's collective key ranges [lo, hi), deleted with the
+// job; x/<job> is a single key, deleted separately.
+func collRanges(id string) [][2][]byte {
+	out := make([][2][]byte, 0, 3)
+	for _, p := range []string{prefixCall, prefixComm, prefixHighWater} {
+		lo := jobRange(p, id, 0)
+		out = append(out, [2][]byte{lo, rangeEnd(lo)})
+	}
+	return out
+}
+
+func collStatsKey(id string) []byte { return append([]byte(prefixCollStats), id...) }
+
+// appendCallSuffix appends the 24-byte (rank, enter_ns, comm, seq) suffix;
+// the caller has checked the ranges (checkCall).
+func appendCallSuffix(dst []byte, rank int, enterNS int64, comm uint32, seq int64) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(rank))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(enterNS))
+	dst = binary.BigEndian.AppendUint32(dst, comm)
+	return binary.BigEndian.AppendUint64(dst, uint64(seq))
+}
+
+// parseCallSuffix decodes the coordinates from the last 24 bytes of a key.
+func parseCallSuffix(key []byte) (rank int, enterNS int64, comm uint32, seq int64, ok bool) {
+	if len(key) < callSuffixLen {
+		return 0, 0, 0, 0, false
+	}
+	s := key[len(key)-callSuffixLen:]
+	e, q := binary.BigEndian.Uint64(s[4:]), binary.BigEndian.Uint64(s[16:])
+	if e > math.MaxInt64 || q > math.MaxInt64 {
+		return 0, 0, 0, 0, false
+	}
+	return int(binary.BigEndian.Uint32(s)), int64(e), binary.BigEndian.Uint32(s[12:]), int64(q), true
+}
 
 // vecPrefix is "v/<job>\x00", the common prefix of all of job's vectors.
 func vecPrefix(id string) []byte {
@@ -83,6 +143,12 @@ func keyString(key []byte) string {
 		job := key[len(prefixVector) : len(key)-vecSuffixLen-1]
 		if step, rank, micro, ok := parseVecSuffix(key); ok {
 			return fmt.Sprintf("v/%s[step=%d rank=%d micro=%d]", job, step, rank, micro)
+		}
+	}
+	if len(key) > len(prefixCall)+callSuffixLen && string(key[:len(prefixCall)]) == prefixCall {
+		job := key[len(prefixCall) : len(key)-callSuffixLen-1]
+		if rank, enter, comm, seq, ok := parseCallSuffix(key); ok {
+			return fmt.Sprintf("c/%s[rank=%d enter_ns=%d comm=#%d seq=%d]", job, rank, enter, comm, seq)
 		}
 	}
 	return fmt.Sprintf("%q", key)

@@ -11,9 +11,10 @@ import (
 	"github.com/laggard-dev/laggard/internal/signal"
 )
 
-// DeleteJob removes job id — its registration, stats and every stored
-// vector — in one durable write (a range deletion, so its cost does not
-// grow with the job's vectors). The space is reclaimed by the next
+// DeleteJob removes job id — its registration, stats, every stored
+// vector, its collective keyspace and its Greyhound controller keyspace
+// (state, plans, results) — in one durable write (range deletions, so
+// its cost does not grow with the job's data). The space is reclaimed by the next
 // Reclaim. It is allowed while the disk is nearly full, since it is how
 // space is freed. Unknown ids return an error wrapping ErrNotFound.
 func (s *Store) DeleteJob(id string) error {
@@ -63,10 +64,36 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 		}
 	}
 	lo, hi := vecPrefix(id), vecPrefixEnd(id)
+	coll := collRanges(id)
+	gh := [2][]byte{ghPrefix(id), ghPrefixEnd(id)}
+	// The Greyhound controller's keyspace goes in the same batch: a state
+	// left behind would be adopted by a job registered again under id.
+	ranges := append(append([][2][]byte{{lo, hi}}, coll...), gh)
+	// Reclaim compacts the collective and Greyhound ranges only when the
+	// job has some: every collective write writes its x/ key, every
+	// Greyhound write its state key.
+	compact := [][2][]byte{{lo, hi}}
+	if _, closer, err := s.db.Get(collStatsKey(id)); err == nil {
+		closer.Close()
+		compact = append(compact, coll...)
+	}
+	if _, closer, err := s.db.Get(ghKey(id, ghState, 0, 0)); err == nil {
+		closer.Close()
+		compact = append(compact, gh)
+	}
 	b := s.db.NewBatch()
-	err := b.DeleteRange(lo, hi, nil)
+	defer b.Close()
+	var err error
+	for _, r := range ranges {
+		if err == nil {
+			err = b.DeleteRange(r[0], r[1], nil)
+		}
+	}
 	if err == nil {
 		err = b.Delete(statsKey(id), nil)
+	}
+	if err == nil {
+		err = b.Delete(collStatsKey(id), nil)
 	}
 	if err == nil {
 		err = b.Delete(jobKey(id), nil)
@@ -77,7 +104,6 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	if err != nil {
 		return fmt.Errorf("store: delete job %q: %w", id, err)
 	}
-	b.Close()
 	s.mu.Lock()
 	s.metaBytes -= int64(len(s.jobs[id]))
 	delete(s.jobs, id)
@@ -86,8 +112,9 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	delete(s.lastWrite, id)
 	s.mu.Unlock()
 	delete(s.tails, id)
+	s.forgetCollectives(id)
 	s.delMu.Lock()
-	s.deleted = append(s.deleted, [2][]byte{lo, hi})
+	s.deleted = append(s.deleted, compact...)
 	s.delMu.Unlock()
 	*deleted = true
 	return nil
@@ -205,13 +232,25 @@ func (s *Store) JobAges() ([]JobAge, error) {
 	return out, nil
 }
 
-// JobDiskBytes estimates the disk space of job id's vectors.
+// JobDiskBytes estimates the disk space of job id's vectors, collective
+// calls and Greyhound controller records.
 func (s *Store) JobDiskBytes(id string) (uint64, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
 	defer s.life.RUnlock()
-	return s.db.EstimateDiskUsage(vecPrefix(id), vecPrefixEnd(id))
+	n, err := s.db.EstimateDiskUsage(vecPrefix(id), vecPrefixEnd(id))
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range append(collRanges(id), [2][]byte{ghPrefix(id), ghPrefixEnd(id)}) {
+		m, err := s.db.EstimateDiskUsage(r[0], r[1])
+		if err != nil {
+			return 0, err
+		}
+		n += m
+	}
+	return n, nil
 }
 
 // JobsPage returns up to limit jobs with ids greater than after, in id

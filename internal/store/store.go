@@ -108,6 +108,8 @@ type Store struct {
 	metaBytes int64               // sum of len(jobs[*])
 
 	tails map[string]*tail // guarded by wmu; rebuilt lazily after Open
+
+	coll collectives // the collective keyspace's per-job index (collective.go)
 }
 
 // Open opens (creating if needed) the store in dir and loads jobs and

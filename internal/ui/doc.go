@@ -3,7 +3,10 @@
 // headline, the step-time axis with change points and brushable windows,
 // stage shares against a reference, the rank × stage heatmap with a rank
 // drill-down, role groups, a torch.profiler snippet aimed at the suspect
-// ranks, and the evidence details.
+// ranks, and the evidence details. Beside it, the collective analysis
+// (Greyhound, greyhound.js): iteration time with change points and the
+// controller's phases, its verdict, group comparison, entry lateness and
+// validation results.
 //
 // The page is plain HTML/CSS and ES modules (static/js/, one per view),
 // embedded with go:embed — no build step, no CDN — and talks only to the

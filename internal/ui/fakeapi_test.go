@@ -187,6 +187,21 @@ func (f *fakeAPI) handler() http.Handler {
 		f.computed.Add(1)
 		writeJSON(w, http.StatusOK, rep)
 	})
+	// Greyhound reports are fixtures only (greyhound_fixtures_test.go); a
+	// job without one has no collective telemetry (404), and a fixture may
+	// belong to a job with no stage vectors at all (a pure-NCCL job).
+	mux.HandleFunc("GET /api/v1/jobs/{id}/greyhound", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if b, ok := f.fixtures[ghFile(id)]; ok {
+			writeRaw(w, b)
+			return
+		}
+		if _, ok := f.job(id); !ok {
+			fail(w, unknownJob(id))
+			return
+		}
+		fail(w, fmt.Errorf("job %q has no collective calls: %w", signal.Clip(id), analysis.ErrNoData))
+	})
 	mux.HandleFunc("GET /api/v1/vocabulary", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, stagevec.Vocabulary())
 	})

@@ -54,8 +54,8 @@ func TestFixtures(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range onDisk {
-		if _, ok := files[filepath.Base(p)]; ok {
-			continue
+		if _, ok := files[filepath.Base(p)]; ok || strings.HasPrefix(filepath.Base(p), "greyhound-") {
+			continue // greyhound-*.json are TestGreyhoundFixtures'
 		}
 		if *update {
 			if err := os.Remove(p); err != nil {

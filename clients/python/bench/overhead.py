@@ -7,6 +7,14 @@ six-stage step (five timed stages + residual, plus the CUDA-probe call).
     nice -n -15 /usr/bin/python3 clients/python/bench/overhead.py --steptime   # on a shared machine
     /usr/bin/python3 clients/python/bench/overhead.py --gil [--pairs 6] [--steps 5000]
     /usr/bin/python3 clients/python/bench/overhead.py --holds [--steps 5000]
+    /usr/bin/python3 clients/python/bench/overhead.py --collectives [--calls 20000] [--pairs 6]
+    /usr/bin/python3 clients/python/bench/overhead.py --collectives-demo [--pairs 5] [--demo-steps 60]
+
+--collectives: µs added per captured torch.distributed call (world-1 gloo
+group in this process; capture off/on blocks interleaved, median of the
+pairs). --collectives-demo: paired runs of examples/ddp_demo.py (2 ranks,
+gloo) with --collectives off/on against a local null server; the median
+over pairs of the relative change of mean step time.
 
 Modes: bare loop (no telemetry), disabled (Perf(enabled=False): timing
 only), null perf (laggard.init() when disabled: the no-op NullPerf), null
@@ -34,6 +42,11 @@ ap.add_argument("--gil", action="store_true", help="longest holds of the GIL by 
 ap.add_argument("--holds", action="store_true", help="CPU time of the shipper between blocking calls")
 ap.add_argument("--pairs", type=int, default=6, help="--steptime: paired runs")
 ap.add_argument("--step-ms", type=float, default=1.0, help="--steptime: interpreter work per step")
+ap.add_argument("--collectives", action="store_true", help="µs per captured torch.distributed call, paired")
+ap.add_argument("--collectives-demo", action="store_true", help="DDP demo step time, capture off vs on, paired")
+ap.add_argument("--calls", type=int, default=20000, help="--collectives: calls per block")
+ap.add_argument("--demo-steps", type=int, default=60, help="--collectives-demo: steps per run")
+ap.add_argument("--demo-world", type=int, default=2, help="--collectives-demo: ranks")
 ap.add_argument("--client", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."),
                 help="directory holding the laggard package (default: this checkout)")
 ARGS = ap.parse_args()
@@ -178,6 +191,10 @@ class H(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
     do_PUT = do_POST = _h
+    def do_GET(self):  # validation polls: no plan
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 s = ThreadingHTTPServer(("127.0.0.1", 0), H)
 print(s.server_address[1], flush=True)
 s.serve_forever()
@@ -429,10 +446,98 @@ def holds():
                                 xs[-1] / 1e3, [round(x / 1e3) for x in xs[-5:]], st["sent"]))
 
 
+def collectives_calls():
+    """µs per call added by collective capture, per op (world-1 gloo)."""
+    import datetime
+    import statistics
+    import torch
+    import torch.distributed as dist
+    from laggard import collectives
+    torch.set_num_threads(1)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60))
+    t = torch.ones(256)
+    ops = {"all_reduce": lambda: dist.all_reduce(t), "broadcast": lambda: dist.broadcast(t, src=0),
+           "barrier": lambda: dist.barrier(),
+           "all_reduce async": lambda: dist.all_reduce(t, async_op=True).wait()}
+    n = ARGS.calls
+    cap = collectives.Capture(queue_size=10 ** 7)
+
+    def block(fn):
+        # Wall time, and CPU time of the whole process (every thread: the
+        # async done-callback runs on gloo's), which a loaded machine
+        # disturbs far less than wall time.
+        t0, c0 = time.perf_counter_ns(), time.process_time_ns()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter_ns() - t0) / n / 1e3, (time.process_time_ns() - c0) / n / 1e3
+
+    print("laggard %s; torch %s; %d calls per block, %d pairs (off/on interleaved)" % (
+        laggard.__version__, torch.__version__, n, ARGS.pairs))
+    for name, fn in ops.items():
+        block(fn)  # warm-up
+        offs, ons = [], []
+        for _ in range(ARGS.pairs):
+            offs.append(block(fn))
+            cap.start()
+            ons.append(block(fn))
+            cap.stop()
+            while cap.pop() is not None:
+                pass
+        med = statistics.median
+        print("  %-17s wall off %7.2f on %7.2f added %6.2f µs/call | cpu off %7.2f on %7.2f added %6.2f µs/call" % (
+            name, med(a[0] for a in offs), med(b[0] for b in ons), med(b[0] - a[0] for a, b in zip(offs, ons)),
+            med(a[1] for a in offs), med(b[1] for b in ons), med(b[1] - a[1] for a, b in zip(offs, ons))))
+    print("  captured %d, dropped %d, errors %d" % (cap.captured, cap.qfull_drops, cap.errors))
+    dist.destroy_process_group()
+
+
+def collectives_demo():
+    """Paired DDP demo runs, capture off vs on: the change of mean step time."""
+    import json
+    import statistics
+    import subprocess
+    demo = os.path.join(ARGS.client, "examples", "ddp_demo.py")
+    srv = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE)
+    url = "http://127.0.0.1:%d" % int(srv.stdout.readline())
+
+    def run(mode, i):
+        p = subprocess.run([sys.executable, demo, "--world", str(ARGS.demo_world), "--steps", str(ARGS.demo_steps),
+                            "--warmup", "5", "--server", url, "--job", "bench-%s-%d" % (mode, i),
+                            "--collectives", mode, "--validation", "off", "--log-every", "100000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+        if p.returncode != 0:
+            raise SystemExit("demo failed: " + p.stderr[-2000:])
+        return json.loads(p.stdout.splitlines()[-1])["mean_step_ms"]
+
+    try:
+        rows = []
+        for i in range(ARGS.pairs):
+            order = ("off", "on") if i % 2 == 0 else ("on", "off")  # alternate which runs first
+            got = {m: run(m, i) for m in order}
+            rows.append((got["off"], got["on"]))
+            print("  pair %d: off %.2f ms/step  on %.2f ms/step  (%+.2f%%)" % (
+                i, got["off"], got["on"], 100 * (got["on"] / got["off"] - 1)), flush=True)
+        rel = [100 * (b / a - 1) for a, b in rows]
+        print("ddp_demo world=%d steps=%d: median off %.2f ms/step, on %.2f ms/step; median paired change %+.2f%%" % (
+            ARGS.demo_world, ARGS.demo_steps, statistics.median(a for a, _ in rows),
+            statistics.median(b for _, b in rows), statistics.median(rel)))
+    finally:
+        srv.kill()
+
+
 if __name__ == "__main__":
     import logging
     logging.getLogger("laggard").setLevel(logging.CRITICAL)
-    if ARGS.holds:
+    if ARGS.collectives:
+        collectives_calls()
+    elif ARGS.collectives_demo:
+        collectives_demo()
+    elif ARGS.holds:
         holds()
     elif ARGS.gil:
         gil()

@@ -13,6 +13,19 @@ Fault families (all host-side sleeps on the hidden rank, §6):
   callback_sync  sleep in callbacks, then dist.barrier() on every rank
   callback_host  sleep in callbacks only, no barrier (host-only control)
 
+Greyhound fault injection (steps count from 0 across phases; "until" is
+exclusive, -1 = to the end):
+  --hog-rank R --hog-from S --hog-until U   a CPU hog: --hog-procs busy
+        processes pinned (sched_setaffinity) to rank R's cores; with --pin
+        every rank first runs on its own core, so the hog halves R's speed
+  --sleep-rank R --sleep-ms X --sleep-from S --sleep-until U   sleep X ms in
+        R's forward stage on those steps
+--collectives on|off captures torch.distributed calls (DDP buckets through the
+comm hook) and ships them to /collectives; --validation on|off takes part in
+validation plans (both default on with a server, off with --out).
+--truth-out PATH ({rank} substituted) writes each step's own start/end
+(time_ns) per rank as JSON lines: the truth for ACF iteration-time error.
+
 --phases runs several (fault, steps) phases in one launch so process start
 is paid once: "none:50,data:50,data@12:50" (fault[@delay_ms][:steps]). Each
 phase is its own job; when it ends, rank 0 prints one JSON line on stdout:
@@ -121,6 +134,40 @@ class FaultState:
         self.comm_delay_s = 0.0
 
 
+def in_window(step, start, until):
+    return start >= 0 and step >= start and (until < 0 or step < until)
+
+
+class CPUHog:
+    """Busy processes pinned to the given cores (a co-located CPU hog on one
+    rank's core, Greyhound §3 "CPU contention"). Processes, not threads: a
+    spinning Python thread would contend for the trainer's GIL instead of
+    its core."""
+
+    def __init__(self, cores, procs):
+        self.cores, self.n = sorted(cores), max(1, procs)
+        self.procs = []
+
+    def start(self):
+        if self.procs:
+            return
+        import subprocess
+        for _ in range(self.n):
+            p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            try:
+                os.sched_setaffinity(p.pid, self.cores)
+            except (AttributeError, OSError):
+                pass
+            self.procs.append(p)
+
+    def stop(self):
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+        self.procs = []
+
+
 def worker(rank, args, port, phases):
     import torch
     import torch.distributed as dist
@@ -128,6 +175,13 @@ def worker(rank, args, port, phases):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
+    if args.pin and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
+    hog = None
+    if rank == args.hog_rank and args.hog_from >= 0:
+        hog = CPUHog(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}, args.hog_procs)
+    truth = open(args.truth_out.replace("{rank}", str(rank)), "w") if args.truth_out else None
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=args.world,
                             timeout=datetime.timedelta(seconds=args.timeout))
     try:
@@ -142,6 +196,7 @@ def worker(rank, args, port, phases):
                 time.sleep(st.comm_delay_s)
             return default_hooks.allreduce_hook(None, bucket)
 
+        # Its dist.all_reduce is what --collectives captures: no extra hook.
         model.register_comm_hook(state, delayed_allreduce)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
@@ -161,12 +216,18 @@ def worker(rank, args, port, phases):
             perf = laggard.Perf(server=None if out_file else args.server, out=out_file and out_file + ".rank{rank}.part",
                                 job=job, rank=rank, world_size=args.world, host=host, local_rank=rank, enabled=True,
                                 labels=dict({"sync_model": "ddp"}, **({"fault": fault, "delay_ms": str(ph["delay_ms"])} if args.label_faults else {})),
-                                flush_interval=0.5)
+                                flush_interval=0.5, collectives=args.collectives == "on",
+                                validation=args.validation == "on", validation_timeout=args.validation_timeout)
             t_phase = time.perf_counter()
             for _ in range(ph["steps"]):
                 on = fault != "none" and step >= fault_from
                 inject = on and hidden
                 state.comm_delay_s = delay_s if inject and fault == "backward_comm" else 0.0
+                if hog is not None:
+                    hog.start() if in_window(step, args.hog_from, args.hog_until) else hog.stop()
+                sleep_s = args.sleep_ms / 1000.0 if rank == args.sleep_rank and in_window(
+                    step, args.sleep_from, args.sleep_until) else 0.0
+                t_start = time.time_ns()
                 with perf.step(step):
                     with perf.stage("data.next_wait"):
                         x, y = next(loader)
@@ -176,6 +237,8 @@ def worker(rank, args, port, phases):
                         with perf.cuda_event_sample("model.fwd_loss_cuda_event_ms"):
                             if inject and fault == "forward_host":
                                 time.sleep(delay_s)
+                            if sleep_s:
+                                time.sleep(sleep_s)
                             loss = loss_fn(model(x), y)
                     with perf.stage("model.backward_cpu_wall"):
                         if inject and fault == "backward":
@@ -191,6 +254,8 @@ def worker(rank, args, port, phases):
                     with perf.stage("optim.step_cpu_wall"):
                         opt.step()
                         opt.zero_grad(set_to_none=True)
+                if truth is not None:
+                    truth.write('{"rank":%d,"step":%d,"start_ns":%d,"end_ns":%d}\n' % (rank, step, t_start, time.time_ns()))
                 step += 1
                 if rank == 0 and (step - start) % args.log_every == 0:
                     print("[demo] phase %d %s@%gms step %d loss %.3f %.1f ms/step" % (
@@ -218,6 +283,10 @@ def worker(rank, args, port, phases):
                 print(json.dumps(rec), flush=True)
             dist.barrier()
     finally:
+        if hog is not None:
+            hog.stop()
+        if truth is not None:
+            truth.close()
         dist.destroy_process_group()
 
 
@@ -246,7 +315,33 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=120.0, help="process-group timeout, seconds")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--start-method", choices=("fork", "spawn", "forkserver"), default="fork")
+    ap.add_argument("--collectives", choices=("on", "off"), default=None,
+                    help="capture torch.distributed collective calls (default: on with a server, off with --out)")
+    ap.add_argument("--validation", choices=("on", "off"), default=None,
+                    help="take part in Greyhound validation plans (default: on with a server, off with --out)")
+    ap.add_argument("--validation-timeout", type=float, default=30.0, help="validation group timeout, seconds")
+    ap.add_argument("--pin", action="store_true", help="pin each rank to its own core (sched_setaffinity)")
+    ap.add_argument("--hog-rank", type=int, default=-1, help="rank whose cores get a CPU hog")
+    ap.add_argument("--hog-from", type=int, default=-1, help="first hogged step")
+    ap.add_argument("--hog-until", type=int, default=-1, help="first step after the hog (-1: to the end)")
+    ap.add_argument("--hog-procs", type=int, default=1, help="busy processes in the hog")
+    ap.add_argument("--sleep-rank", type=int, default=-1, help="rank that sleeps in its forward stage")
+    ap.add_argument("--sleep-ms", type=float, default=0.0)
+    ap.add_argument("--sleep-from", type=int, default=-1)
+    ap.add_argument("--sleep-until", type=int, default=-1)
+    ap.add_argument("--truth-out", default="", help="per-rank step start/end JSONL ({rank} substituted)")
     args = ap.parse_args(argv)
+    if args.collectives is None:
+        args.collectives = "off" if args.out else "on"
+    if args.validation is None:
+        args.validation = "off" if args.out else "on"
+    for name in ("hog_rank", "sleep_rank"):
+        if getattr(args, name) >= args.world:
+            ap.error("--%s must be < --world" % name.replace("_", "-"))
+    if args.sleep_rank >= 0 and (args.sleep_ms <= 0 or args.sleep_from < 0):
+        ap.error("--sleep-rank needs --sleep-ms > 0 and --sleep-from >= 0")
+    if args.hog_rank >= 0 and args.hog_from < 0:
+        ap.error("--hog-rank needs --hog-from >= 0")
     if args.world < 1:
         ap.error("--world must be >= 1")
     if args.data_seed is None:

@@ -2,6 +2,7 @@
 
     import laggard
     perf = laggard.init()            # configured from LAGGARD_* (explicit keywords win)
+    # DDP jobs: laggard.init(collectives=True, ddp=model, validation=True)
     for batch in loader:
         with perf.step():
             ...
@@ -19,6 +20,7 @@ from .perf import NullPerf
 from .schema import (DEFAULT_STAGES, PROBE_FORWARD_CUDA, SHORT_NAMES, STAGE_BACKWARD, STAGE_CALLBACK, STAGE_DATA,
                      STAGE_FORWARD, STAGE_OPTIM, STAGE_OTHER, default_schema, normalize_schema, order_hash)
 from .sinks import FileSink, HTTPSink, ShipError, merge_stage_files
+from . import collectives, validation  # noqa: F401,E402 - laggard.collectives.Capture, laggard.validation.Validator
 
 __version__ = "0.2.0"
 
@@ -26,6 +28,7 @@ __all__ = [
     "init", "Perf", "NullPerf", "FileSink", "HTTPSink", "ShipError", "merge_stage_files", "default_schema",
     "normalize_schema", "order_hash", "DEFAULT_STAGES", "SHORT_NAMES", "PROBE_FORWARD_CUDA", "STAGE_DATA",
     "STAGE_FORWARD", "STAGE_BACKWARD", "STAGE_CALLBACK", "STAGE_OPTIM", "STAGE_OTHER", "__version__",
+    "collectives", "validation",
 ]
 
 _log = logging.getLogger("laggard")

@@ -40,6 +40,8 @@ ENV_VARS = {
     "LAGGARD_SYNC_MODEL": "sets the sync_model label: " + "|".join(SYNC_MODELS),
     "LAGGARD_TOKEN": "sent as Authorization: Bearer <token> on every request",
     "LAGGARD_LOG_LEVEL": "level of the 'laggard' logger: debug|info|warning|error|critical",
+    "LAGGARD_COLLECTIVES": "1 captures torch.distributed collective calls (laggard.collectives); default off",
+    "LAGGARD_VALIDATION": "1 takes part in Greyhound validation plans (laggard.validation); default off",
 }
 
 _warned = set()
@@ -110,7 +112,8 @@ def check_server(url):
 
 def from_env(environ=None):
     """Parses the LAGGARD_* variables into a dict with the keys server, job,
-    run_id, out, enabled, labels, sync_model, token, log_level — only those
+    run_id, out, enabled, labels, sync_model, token, log_level, collectives,
+    validation — only those
     that are set and valid. Invalid ones log one warning each and are left
     out, so the caller falls back to its default."""
     env = os.environ if environ is None else environ
@@ -172,6 +175,15 @@ def from_env(environ=None):
     v = get("LAGGARD_TOKEN")
     if v:
         c["token"] = v  # never logged
+    for name, key in (("LAGGARD_COLLECTIVES", "collectives"), ("LAGGARD_VALIDATION", "validation")):
+        v = get(name)
+        if v is None:
+            continue
+        b = parse_bool(v)
+        if b is None:
+            _bad(name, v, "want 1/0, true/false, yes/no or on/off", "left off")
+        else:
+            c[key] = b
     v = get("LAGGARD_LOG_LEVEL")
     if v:
         lvl = parse_log_level(v)

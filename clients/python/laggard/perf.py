@@ -261,12 +261,20 @@ class Perf:
         NullPerf instead when disabled.
     event_fraction: deterministic fraction of steps whose CUDA-event probe
         is recorded; event_polls: step boundaries a sample may stay pending.
+    collectives: capture torch.distributed collective calls (laggard.collectives;
+        default LAGGARD_COLLECTIVES, then off); ddp: a DistributedDataParallel
+        model whose gradient buckets are captured too (implies collectives).
+    validation: take part in Greyhound validation plans (laggard.validation;
+        default LAGGARD_VALIDATION, then off). Creates a gloo process group
+        — collective: every rank constructs its Perf at the same point.
+        validation_timeout: that group's timeout (s), which bounds a plan.
     """
 
     def __init__(self, server=None, job=None, rank=None, world_size=None, schema=None, accumulation=1, role=None, *,
                  out=None, sink=None, name=None, labels=None, host=None, local_rank=None, start_step=0,
                  queue_size=4096, batch_size=256, flush_interval=1.0, timeout=2.0, event_fraction=0.1,
-                 event_polls=3, enabled=None, run_id=None, token=None, sync_model=None, job_schema=None, env=True):
+                 event_polls=3, enabled=None, run_id=None, token=None, sync_model=None, job_schema=None, env=True,
+                 collectives=None, ddp=None, validation=None, validation_timeout=30.0, collectives_queue=65536):
         ec = config.from_env() if env else {}
         if "log_level" in ec:
             config.apply_log_level(ec["log_level"])
@@ -353,6 +361,29 @@ class Perf:
         self._event_samples = 0
         self._event_ready = 0
         self._local_drops = 0
+        self._capture = None
+        self._validator = None
+        self._val_first = True  # validation setup is retried once, at the first step
+        if collectives is None:
+            collectives = ec.get("collectives", False) or ddp is not None
+        if validation is None:
+            validation = ec.get("validation", False)
+        self._coll_queue = collectives_queue
+        if self._enabled and collectives:
+            self._start_capture()
+        if ddp is not None:
+            self.capture_ddp(ddp)
+        if self._enabled and validation:
+            from .validation import Validator
+            self._validator = Validator(self.job_id, timeout_s=validation_timeout)
+            self._validator.setup()
+        if self._capture is not None or (self._validator is not None and self._validator.pollable):
+            torch = sys.modules.get("torch")
+            try:
+                if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+                    self._start_shipper()  # records and plan polls flow before the first step ends
+            except Exception:
+                pass
         atexit.register(self._atexit)
 
     # --- public API ------------------------------------------------------
@@ -416,6 +447,25 @@ class Perf:
         except Exception:
             self._errors += 1
             return _NULL
+
+    def capture_ddp(self, model):
+        """Captures a DistributedDataParallel model's gradient-bucket
+        all-reduces: registers laggard.collectives.ddp_allreduce_hook (the
+        default allreduce hook) and turns collective capture on. A model
+        with a comm hook of its own keeps it; its torch.distributed calls
+        are captured. Returns whether the hook was registered; never
+        raises."""
+        if not self._enabled or self._closed:
+            return False
+        try:
+            from . import collectives
+            if self._capture is None:
+                self._start_capture()
+            return collectives.register_ddp(model)
+        except Exception as e:  # pragma: no cover - register_ddp is defensive
+            self._errors += 1
+            log.warning("laggard: could not capture the DDP model's buckets: %s: %s", type(e).__name__, e)
+            return False
 
     # --- explicit form (framework callbacks, hand-rolled loops) ------------
     def clock(self):
@@ -502,6 +552,16 @@ class Perf:
             d["registered"] = s["registered"]
             d["last_error"] = s["last_error"]
             d["shipping"] = d["shipping"] and not s["gave_up"]
+        c = self._capture
+        if c is not None:
+            cs = c.stats()
+            cs["sent"] = sh.coll_sent if sh is not None else 0
+            cs["dropped"] += sh.coll_drops if sh is not None else 0
+            cs["comms_sent"] = sh.comms_sent if sh is not None else 0
+            cs["comms_dropped"] = sh.comm_drops if sh is not None else 0
+            d["collectives"] = cs
+        if self._validator is not None:
+            d["validation"] = self._validator.stats()
         return d
 
     @property
@@ -540,6 +600,8 @@ class Perf:
             atexit.unregister(self._atexit)
         except Exception:
             pass
+        if self._capture is not None:
+            self._capture.stop()  # torch.distributed is itself again; queued calls still ship
         try:
             self._poll_events(final=True)
             if self._shipper is not None:
@@ -557,6 +619,14 @@ class Perf:
         return False
 
     # --- internals ---------------------------------------------------------
+    def _start_capture(self):
+        from .collectives import Capture
+        c = Capture(perf=self, queue_size=self._coll_queue, host=self._host)
+        if c.start():
+            self._capture = c
+            if self._shipper is not None:
+                self._shipper.attach(collectives=c)
+
     def _reject(self, idx):
         self._rejected += 1
         if idx == _UNKNOWN:
@@ -610,6 +680,13 @@ class Perf:
         self._records = [rec]
         self._cur = rec
         self._explicit = explicit
+        if self._val_first:
+            self._val_first = False
+            v = self._validator
+            if v is not None and not v.ready:
+                v.setup()
+                if v.pollable:  # ready, or able to decline plans at once (R5)
+                    self._start_shipper() if self._shipper is None else self._shipper.attach(validator=v)
         return True
 
     def _end_step(self, failed, at=None):
@@ -637,6 +714,11 @@ class Perf:
                 self._poll_events(final=False)
         except Exception:
             self._errors += 1
+        v = self._validator
+        if v is not None:
+            # Greyhound §4.3: a plan runs at the end of its step, after the
+            # optimizer and before the next step's first collective.
+            v.at_step_end(self._step)
 
     def _poll_events(self, final):
         keep = []
@@ -720,7 +802,9 @@ class Perf:
                 job["run_id"] = self.run_id
             rank = {"rank": self._rank, "host": host, "local_rank": self._local_rank, "role": role,
                     "schema": self._schema}
-            self._shipper = Shipper(sink, job, rank, order_hash=self.order_hash, **self._ship_opts)
+            v = self._validator
+            self._shipper = Shipper(sink, job, rank, order_hash=self.order_hash, collectives=self._capture,
+                                    validator=v if v is not None and v.pollable else None, **self._ship_opts)
         except Exception as e:
             # A bad server URL or an unwritable path: nothing will ship, and
             # the rest of training must not notice beyond this one line.
@@ -764,6 +848,9 @@ class NullPerf:
 
     def cuda_event_sample(self, name=PROBE_FORWARD_CUDA):
         return _NULL
+
+    def capture_ddp(self, model):
+        return False
 
     def clock(self):
         return _now()

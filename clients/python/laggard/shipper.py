@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import random
+import re
 import sys
 import threading
 import time
@@ -29,6 +30,12 @@ _SLICE_S = 0.0001  # and a slice ends after this long anyway (a slow or busy CPU
 _YIELD_S = 0.0002  # the pause between slices that lets the training thread take the GIL
 _MAX_PAUSE_S = 10.0  # cap on a server's Retry-After
 _FATAL = (401, 403, 409)  # on a vector batch: stop shipping
+_COLL_BATCH = 2048  # collective calls per POST
+_COLL_SLICE = 64  # calls encoded per hold of the GIL (~2 µs each)
+_VAL_POLL_S = 2.0  # contracts §3: poll for a validation plan every ~2 s
+_VAL_TRIES = 5  # posts of one validation result before it is dropped
+_COMM_TRIES = 3  # refusals (4xx naming no comm) a comm record survives before it is dropped
+_COMM_FIELD = re.compile(r"^comms\[(\d+)\]")  # a 400/409 naming one comm record (contracts §1)
 
 
 def explain(err, job, rank_info):
@@ -116,6 +123,11 @@ def _with_dropped(v, n):
     return v
 
 
+def config_warn(key, msg, *args):
+    from .config import warn_once
+    warn_once(key, msg, *args)
+
+
 def _yield_gil():
     # A real sleep, not sleep(0): a thread that releases the GIL and asks
     # for it straight back usually gets it again before the waiting
@@ -125,7 +137,8 @@ def _yield_gil():
 
 
 class Shipper:
-    def __init__(self, sink, job, rank_info, queue_size=4096, batch_size=256, flush_interval=1.0, order_hash=None):
+    def __init__(self, sink, job, rank_info, queue_size=4096, batch_size=256, flush_interval=1.0, order_hash=None,
+                 collectives=None, validator=None):
         self._sink = sink
         self._order_hash = order_hash
         self._job = job
@@ -157,8 +170,40 @@ class Shipper:
         self._backoff = _MIN_BACKOFF_S
         self._retry_at = 0.0  # no request before this (backoff, Retry-After)
         self._stop_failures = 0  # failed requests since close() was called
+        # Collective calls (laggard.collectives.Capture) and validation
+        # (laggard.validation.Validator) ride on this thread too; see _side().
+        self._coll = None
+        self._cbatch = []  # encoded calls of the next collectives batch
+        self._cbatch_size = _COLL_BATCH
+        self._cdeadline = 0.0
+        self._coll_dead = False
+        self._c_qf_reported = 0
+        self._c_unreported = 0
+        self._c404 = 0
+        self.coll_sent = 0
+        self.coll_drops = 0  # shipper-side; queue-full drops are the Capture's
+        self.comm_drops = 0  # comm records the server refused (B6): dropped, counted, never re-sent
+        self.comms_sent = 0  # comm records the server acknowledged (never re-sent)
+        self._val = None
+        self._val_next = 0.0
+        self._val_dead = False
+        self._v404 = 0
+        self._vres = []  # [vid, body, tries] not yet posted
+        self.val_polls = 0
+        self.val_posted = 0
+        self.attach(collectives, validator)
         self._thread = threading.Thread(target=self._run, name="laggard-shipper", daemon=True)
         self._thread.start()
+
+    def attach(self, collectives=None, validator=None):
+        """Adds a collective capture and/or a validator (from any thread)."""
+        if collectives is not None:
+            if callable(getattr(self._sink, "send_collectives", None)):
+                self._coll = collectives
+            else:
+                log.info("laggard: this sink cannot take collective calls; they are not shipped")
+        if validator is not None and callable(getattr(self._sink, "poll_validation", None)):
+            self._val = validator
 
     # --- training thread -------------------------------------------------
     def offer(self, item):
@@ -204,6 +249,13 @@ class Shipper:
             "last_error": self.last_error,
             "conflicts": self.conflicts,
             "gave_up": self._dead,
+            "collectives_sent": self.coll_sent,
+            "collectives_dropped": self.coll_drops + (self._coll.qfull_drops if self._coll is not None else 0),
+            "collectives_shipping": self._coll is not None and not self._coll_dead and not self._dead,
+            "comms_sent": self.comms_sent,
+            "comms_dropped": self.comm_drops,
+            "validation_polls": self.val_polls,
+            "validation_posted": self.val_posted,
         }
 
     # --- shipper thread --------------------------------------------------
@@ -243,6 +295,12 @@ class Shipper:
             if stopping and self._past_close(now):
                 self._drop_rest(batch)
                 return
+            # R10: at most one collectives request and one vector request
+            # per round, so a collectives backlog never starves the stage
+            # vectors (nor the reverse).
+            side_busy = (self._coll is not None or self._val is not None) and self._side(now, stopping)
+            if side_busy:
+                now = time.monotonic()
             due = batch and (len(batch) >= self._batch_size or stopping or now >= deadline)
             if due and now >= self._retry_at:
                 if n:
@@ -251,7 +309,9 @@ class Shipper:
                 batch = []
                 _yield_gil()
                 continue
-            if stopping and not dq and not batch:
+            if side_busy:
+                continue
+            if stopping and not dq and not batch and self._side_idle():
                 return
             if n and dq and len(batch) < self._batch_size:
                 _yield_gil()  # more to encode: let the training thread run first
@@ -291,6 +351,225 @@ class Shipper:
             dq.popleft()
             n += 1
         self.ship_drops += n
+        c = self._coll
+        if c is not None:
+            n = len(self._cbatch)
+            self._cbatch = []
+            while c.pop() is not None:
+                n += 1
+            self.coll_drops += n
+
+    # --- collectives and validation (shipper thread) -----------------------
+    def _side_idle(self):
+        if self._dead:
+            return True
+        c = self._coll
+        if c is not None and not self._coll_dead and not self._dead:
+            if self._cbatch or len(c) or c.has_comms():
+                return False
+        v = self._val
+        return not self._vres and (v is None or not v._outbox)
+
+    def _side(self, now, stopping):
+        """Collective batches, validation polls and results. True when it
+        did work and the loop should come round again without waiting."""
+        busy = False
+        c = self._coll
+        if c is not None and not self._coll_dead:
+            n = 0
+            end = time.perf_counter() + _SLICE_S
+            cb = self._cbatch
+            while len(cb) < self._cbatch_size:
+                rec = c.pop()
+                if rec is None:
+                    break
+                try:
+                    cb.append(c.encode(rec))
+                except Exception as e:  # a record json cannot carry: dropped and counted
+                    self.coll_drops += 1
+                    self._c_unreported += 1
+                    self.last_error = "encoding a collective call: %s: %.200s" % (type(e).__name__, e)
+                n += 1
+                if n >= _COLL_SLICE or time.perf_counter() >= end:
+                    break
+            if (cb or c.has_comms()) and not self._cdeadline:
+                self._cdeadline = now + self._flush_interval
+            due = (cb or c.has_comms()) and (len(cb) >= self._cbatch_size or stopping or now >= self._cdeadline)
+            if due and now >= self._retry_at:
+                if n:
+                    _yield_gil()
+                self._ship_collectives()
+                _yield_gil()
+                busy = True
+                now = time.monotonic()
+            elif n and len(c):
+                _yield_gil()
+                busy = True
+        v = self._val
+        if v is not None and not self._dead:
+            for vid, body in v.take_results():
+                self._vres.append([vid, body, 0])
+            if self._vres and now >= self._retry_at and self._registered:
+                self._post_results(stopping)
+                busy = True
+            elif (not stopping and not self._val_dead and self._registered and v.pollable and now >= self._val_next
+                  and now >= self._retry_at):
+                self._val_next = now + _VAL_POLL_S * self._rand.uniform(0.9, 1.1)
+                self._poll_validation(v)
+                busy = True
+        return busy
+
+    def _ship_collectives(self):
+        c = self._coll
+        qf = c.qfull_drops
+        pending = (qf - self._c_qf_reported) + self._c_unreported
+        self._c_qf_reported = qf
+        calls, self._cbatch, self._cdeadline = self._cbatch, [], 0.0
+        comms = c.take_comms()
+        if self._dead or self._coll_dead:
+            self.coll_drops += len(calls)
+            return
+        if not self._registered:
+            err = self._register()
+            if err is not None:
+                self.coll_drops += len(calls)
+                self._c_unreported = pending + len(calls)
+                c.return_comms(comms)
+                if not err.at_deadline:
+                    self.errors += 1
+                    self.last_error = str(err)
+                    if err.permanent:
+                        self._give_up(err)
+                    else:
+                        self._failed()
+                return
+        wire = [{k: v for k, v in m.items() if k[:1] != "_"} for m in comms]  # "_refused" stays here
+        body = '{"comms":%s,"calls":[%s],"dropped":%d}' % (_dumps(wire), ",".join(calls), pending)
+        try:
+            self._sink.send_collectives(body, self._job.get("world_size"))
+        except ShipError as e:
+            if e.at_deadline:
+                self.coll_drops += len(calls)
+                self._c_unreported = pending + len(calls)
+                c.return_comms(comms)
+                return
+            self.errors += 1
+            self.last_error = str(e)
+            m = _COMM_FIELD.match(e.field or "") if e.status in (400, 409) else None
+            if m is not None and int(m.group(1)) < len(comms):
+                # B6: the server refused one comm record (a 400 naming it, or
+                # a 409 conflicting with what it holds). Nothing of the batch
+                # was stored, so the calls and the other comms go again at
+                # once, without it; each round removes one record, so this
+                # ends.
+                i = int(m.group(1))
+                self._drop_comm(comms[i], e)
+                c.return_comms(comms[:i] + comms[i + 1:])
+                self._cbatch = calls + self._cbatch
+                self._c_unreported = pending
+                self._cdeadline = time.monotonic()
+                return
+            self.coll_drops += len(calls)
+            self._c_unreported = pending + len(calls)
+            if e.status in (401, 403, 409):
+                pass  # collectives stop below; their comms with them
+            elif e.status == 400 and not (e.field or "").startswith("calls["):
+                # A refusal naming no call: a comm may be the cause; each
+                # record survives _COMM_TRIES of them, so none poisons every
+                # later batch.
+                keep = []
+                for rec in comms:
+                    rec["_refused"] = rec.get("_refused", 0) + 1
+                    if rec["_refused"] >= _COMM_TRIES:
+                        self._drop_comm(rec, e)
+                    else:
+                        keep.append(rec)
+                c.return_comms(keep)
+            else:
+                c.return_comms(comms)
+            if e.status == 404:
+                self._c404 += 1
+                self._registered = False  # the server may have forgotten the job: register again
+                if self._c404 >= 3:
+                    self._coll_dead = True
+                    log.warning("laggard: the server has no collectives endpoint (404 x3); collective calls from "
+                                "this process are not shipped (training continues): %s", e)
+            elif e.status in (429, 503):
+                self._failed(e.retry_after if e.retry_after else 1.0)
+            elif e.status == 413:
+                self._cbatch_size = max(1, self._cbatch_size // 2)
+            elif e.status in (401, 403, 409):
+                self._coll_dead = True
+                log.error("laggard: server refused collective calls (HTTP %d): %s; they are no longer shipped",
+                          e.status, e.detail or e)
+            elif e.status == 400:
+                config_warn("coll400", "laggard: server refused a collectives batch (dropped, counted): %s", e)
+            else:
+                self._failed(e.retry_after)
+            return
+        except Exception as e:  # a sink bug must not kill the thread
+            self.coll_drops += len(calls)
+            self._c_unreported = pending + len(calls)
+            c.return_comms(comms)
+            self.errors += 1
+            self.last_error = "collectives: %s: %s" % (type(e).__name__, e)
+            self._failed()
+            return
+        self._c404 = 0
+        self._c_unreported = 0
+        self._backoff = _MIN_BACKOFF_S
+        self.coll_sent += len(calls)
+        self.comms_sent += len(comms)  # acknowledged: never sent again
+
+    def _drop_comm(self, rec, err):
+        self.comm_drops += 1
+        config_warn("commdrop", "laggard: server refused communicator record %r of rank %s (%s); it is dropped "
+                    "(counted in stats()['collectives']['comms_dropped']) and not sent again",
+                    rec.get("id"), rec.get("rank"), err.detail or err)
+
+    def _poll_validation(self, v):
+        self.val_polls += 1
+        try:
+            plan = self._sink.poll_validation(v.rank)
+        except ShipError as e:
+            if e.status == 404:
+                self._v404 += 1
+                if self._v404 >= 3:
+                    self._val_dead = True
+                    log.info("laggard: the server has no validation endpoint (404 x3); not polling it")
+            elif e.status in (401, 403):
+                self._val_dead = True
+            return
+        except Exception as e:
+            self.errors += 1
+            self.last_error = "validation poll: %s: %s" % (type(e).__name__, e)
+            return
+        self._v404 = 0
+        if plan:
+            try:
+                v.offer(plan)
+            except Exception as e:  # pragma: no cover - offer() is defensive
+                self.errors += 1
+                self.last_error = "validation plan: %s: %s" % (type(e).__name__, e)
+
+    def _post_results(self, stopping):
+        keep = []
+        for item in self._vres:
+            vid, body, tries = item
+            try:
+                self._sink.post_validation(vid, body)
+                self.val_posted += 1
+            except ShipError as e:
+                self.errors += 1
+                self.last_error = str(e)
+                item[2] = tries + 1
+                if not e.permanent and item[2] < _VAL_TRIES and not stopping:
+                    keep.append(item)
+                    self._failed(e.retry_after)
+            except Exception as e:
+                self.errors += 1
+                self.last_error = "validation result: %s: %s" % (type(e).__name__, e)
+        self._vres = keep
 
     def _drop(self, batch, pending, why, quiet=False):
         self._unreported = pending + len(batch)

@@ -215,6 +215,27 @@ class HTTPSink:
         body = ('{"vectors":[' + ",".join(texts) + "]}").encode()
         self._request("POST", self._base + "/vectors", body, "vectors")
 
+    def send_collectives(self, body, world=None):
+        """POST …/collectives (contracts §1): body is a collective.Batch as
+        JSON text. world registers a job the server does not know yet."""
+        q = "?world=%d" % world if world else ""
+        self._request("POST", self._base + "/collectives" + q, body.encode(), "collectives")
+
+    def poll_validation(self, rank):
+        """GET …/validation?rank=R (contracts §3): the plan, or None (204)."""
+        payload = self._request("GET", "%s/validation?rank=%d" % (self._base, rank), None, "validation")
+        if not payload or not payload.strip():
+            return None
+        try:
+            return json.loads(payload)
+        except ValueError:
+            raise ShipError("GET validation: reply is not JSON", op="validation") from None
+
+    def post_validation(self, vid, result):
+        """POST …/validation/{vid}/results: this rank's result."""
+        self._request("POST", "%s/validation/%s/results" % (self._base, urllib.parse.quote(vid, safe="")),
+                      _json(result), "validation")
+
     def close(self):
         if self._conn is not None:
             try:
@@ -236,6 +257,7 @@ class FileSink:
     def __init__(self, path):
         self.path = path
         self._f = None
+        self._cf = None  # collectives, opened on the first batch
 
     def register(self, job, rank):
         if self._f is None:
@@ -257,7 +279,21 @@ class FileSink:
         except OSError as e:
             raise ShipError("file sink %s: %s" % (self.path, e)) from None
 
+    def send_collectives(self, body, world=None):
+        """Appends the collective.Batch JSON as one line of
+        <path>.collectives.jsonl (no server: offline runs, eval)."""
+        try:
+            if self._cf is None:
+                self._cf = open(self.path + ".collectives.jsonl", "w", encoding="utf-8")
+            self._cf.write(body + "\n")
+            self._cf.flush()
+        except OSError as e:
+            raise ShipError("file sink %s.collectives.jsonl: %s" % (self.path, e)) from None
+
     def close(self):
+        if self._cf is not None:
+            self._cf.close()
+            self._cf = None
         if self._f is not None:
             self._f.close()
             self._f = None

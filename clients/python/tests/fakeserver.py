@@ -18,6 +18,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _JOB_PATH = re.compile(r"^/api/v1/jobs/([^/]+)(/ranks|/vectors)?$")
+# Greyhound endpoints (contracts §1, §3).
+_COLL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/collectives(?:\?world=(\d+))?$")
+_VAL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation\?rank=(\d+)$")
+_RES_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation/([^/?]+)/results$")
+_OPS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AllToAll", "Send", "Recv", "Barrier")
+_CALL_FIELDS = ("rank", "comm", "seq", "op", "bytes", "peer", "root", "enter_ns", "return_ns", "step")
 
 
 def go_order_hash(schema):
@@ -66,6 +72,15 @@ class FakeServer:
         self._closed = threading.Event()
         self.jobs = {}  # id -> {"run_id", "schema", "ranks": {rank: group}, "groups": {group: schema}}
         self.missing_order_hash = 0
+        # Greyhound: plans served by GET …/validation (job -> plan dict, or
+        # a callable(rank, n) -> plan or None), results posted per plan.
+        self.plans = {}
+        self.results = {}  # (job, vid) -> [bodies]
+        self.bad_collectives = []  # reasons batches were refused
+        # refuse_comm(comm dict) -> reason or None: a 400 naming comms[i]
+        # (the server's answer to a communicator record it rejects).
+        self.refuse_comm = None
+        self.coll_delay = 0.0  # seconds each collectives POST takes (a slow server)
         self._lock = threading.Lock()
         self._counts = {}
         outer = self
@@ -106,7 +121,7 @@ class FakeServer:
                                            "user_agent": self.headers.get("User-Agent")})
                 if delay:
                     time.sleep(delay)
-                data = json.dumps(out).encode()
+                data = b"" if status == 204 else json.dumps(out).encode()
                 self.send_response(status)
                 for h, v in headers.items():
                     self.send_header(h, v)
@@ -138,6 +153,9 @@ class FakeServer:
 
     # --- the server's rules (called under the lock) -----------------------
     def _default(self, method, path, body, k):
+        g = self._greyhound(method, path, body, k)
+        if g is not None:
+            return g
         m = _JOB_PATH.match(path)
         if not m:
             return (404, {}, {"error": "no route"}, 0)
@@ -199,7 +217,47 @@ class FakeServer:
                                   "field": "order_hash"}, 0)
         return (200, {}, {"accepted": len(vs)}, 0)
 
+    def _greyhound(self, method, path, body, k):
+        m = _COLL_PATH.match(path)
+        if m and method == "POST":
+            job_id = m.group(1)
+            if self.strict and job_id not in self.jobs and not m.group(2):
+                return (404, {}, {"error": "job not registered and no world given", "field": "world"}, 0)
+            why = check_batch(body)
+            if why:
+                self.bad_collectives.append(why)
+                return (400, {}, {"error": why, "field": why.partition(":")[0]}, self.coll_delay)
+            for i, c in enumerate(body.get("comms") or []):
+                why = self.refuse_comm(c) if self.refuse_comm else None
+                if why:
+                    return (400, {}, {"error": "comms[%d].id: %s" % (i, why), "field": "comms[%d].id" % i},
+                            self.coll_delay)
+            return (200, {}, {"accepted_calls": len(body.get("calls") or []),
+                              "accepted_comms": len(body.get("comms") or []), "duplicates": 0}, self.coll_delay)
+        m = _VAL_PATH.match(path)
+        if m and method == "GET":
+            plan = self.plans.get(m.group(1))
+            if callable(plan):
+                plan = plan(int(m.group(2)), k)
+            return (200, {}, plan, 0) if plan else (204, {}, None, 0)
+        m = _RES_PATH.match(path)
+        if m and method == "POST":
+            self.results.setdefault((m.group(1), m.group(2)), []).append(body)
+            return (200, {}, {"ok": True}, 0)
+        return None
+
     # --- inspection --------------------------------------------------------
+    def collective_batches(self, accepted_only=True):
+        return [r["body"] for r in list(self.requests)
+                if "/collectives" in r["path"] and (not accepted_only or r["status"] == 200)]
+
+    def calls(self):
+        """Every accepted collective.Call."""
+        return [c for b in self.collective_batches() for c in b.get("calls") or []]
+
+    def comms(self):
+        return [c for b in self.collective_batches() for c in b.get("comms") or []]
+
     def vectors(self, accepted_only=True):
         """Vectors the server was sent, by default only those it accepted."""
         out = []
@@ -225,3 +283,29 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def check_batch(b):
+    """The contract's shape of a collective.Batch (internal/signal/collective
+    Validate, restated loosely): '' when fine, else why."""
+    if not isinstance(b, dict):
+        return "batch: not an object"
+    for i, c in enumerate(b.get("comms") or []):
+        for f in ("id", "size", "rank", "comm_rank"):
+            if f not in c:
+                return "comms[%d].%s: missing" % (i, f)
+        if c.get("ranks") is not None and (len(c["ranks"]) != c["size"] or c["ranks"][c["comm_rank"]] != c["rank"]):
+            return "comms[%d].ranks: inconsistent" % i
+    for i, c in enumerate(b.get("calls") or []):
+        for f in _CALL_FIELDS:
+            if f not in c:
+                return "calls[%d].%s: missing" % (i, f)
+        if c["op"] not in _OPS:
+            return "calls[%d].op: %r" % (i, c["op"])
+        if c["return_ns"] < c["enter_ns"] or c["enter_ns"] < 946684800 * 10**9:
+            return "calls[%d].return_ns: bracket" % i
+        if ("dev_start_ns" in c) != ("dev_end_ns" in c) or c.get("dev_end_ns", 0) < c.get("dev_start_ns", 0):
+            return "calls[%d].dev_end_ns: bracket" % i
+    if b.get("dropped", 0) < 0:
+        return "dropped: negative"
+    return ""

@@ -25,7 +25,7 @@ func DecodeProtoBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vec
 
 // UnmarshalProtoBatch is DecodeProtoBatch over an in-memory body.
 func UnmarshalProtoBatch(b []byte, job *signal.Job) ([]stagevec.Vector, error) {
-	n, err := countVectors(b)
+	n, err := countField(b, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -52,22 +52,23 @@ func UnmarshalProtoBatch(b []byte, job *signal.Job) ([]stagevec.Vector, error) {
 	return out, nil
 }
 
-// countVectors counts top-level field-1 records without decoding them, so
-// the vector cap holds before proto.Unmarshal allocates one message each.
-func countVectors(b []byte) (int, error) {
+// countField counts top-level records of field num without decoding them,
+// so a batch's record cap holds before proto.Unmarshal allocates one
+// message each.
+func countField(b []byte, num protowire.Number) (int, error) {
 	n := 0
 	for len(b) > 0 {
-		num, typ, l := protowire.ConsumeTag(b)
+		f, typ, l := protowire.ConsumeTag(b)
 		if l < 0 {
 			return 0, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + protowire.ParseError(l).Error()}
 		}
 		b = b[l:]
-		l = protowire.ConsumeFieldValue(num, typ, b)
+		l = protowire.ConsumeFieldValue(f, typ, b)
 		if l < 0 {
 			return 0, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + protowire.ParseError(l).Error()}
 		}
 		b = b[l:]
-		if num == 1 {
+		if f == num {
 			n++
 		}
 	}

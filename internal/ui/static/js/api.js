@@ -102,3 +102,8 @@ export function reportPath(id, query) {
   const q = query.toString();
   return `jobs/${encodeURIComponent(id)}/report` + (q ? '?' + q : '');
 }
+
+// greyhoundPath is the collective analysis (Greyhound) endpoint for a job.
+export function greyhoundPath(id) {
+  return `jobs/${encodeURIComponent(id)}/greyhound`;
+}

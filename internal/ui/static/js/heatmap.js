@@ -23,7 +23,7 @@ const METRICS = {
     help: "the rank's own mean time in the stage, waits it observed included" },
 };
 
-const RAMPS = {
+export const RAMPS = {
   seq: [[255, 247, 236], [253, 212, 158], [252, 141, 89], [215, 48, 31], [127, 0, 0]],
   blue: [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]],
   div: [[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130], [178, 24, 43]],
@@ -35,6 +35,14 @@ function ramp(stops, t) {
   const f = t - i;
   const c = stops[i].map((a, k) => Math.round(a + (stops[i + 1][k] - a) * f));
   return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+
+// rampRGB is ramp as numbers, for views that paint pixels (greyhound.js).
+export function rampRGB(stops, t) {
+  t = Math.max(0, Math.min(1, t)) * (stops.length - 1);
+  const i = Math.min(stops.length - 2, Math.floor(t));
+  const f = t - i;
+  return stops[i].map((a, k) => Math.round(a + (stops[i + 1][k] - a) * f));
 }
 
 const upperMedian = (xs) => {

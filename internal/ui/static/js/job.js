@@ -13,10 +13,14 @@ import { rankCard } from './ranks.js';
 import { profilerCard } from './profiler.js';
 import { detailsCard } from './labels.js';
 import { groupSelector } from './groups.js';
+import { loadGreyhound, greyhoundView } from './greyhound.js';
 
 // loadJob fetches what the page shows. With a role group selected the
 // report is asked for that group alone (its own time axis, window and
-// reference), and the unfiltered report supplies the group list.
+// reference), and the unfiltered report supplies the group list. The
+// collective analysis (greyhound.js) loads beside it; a job with only
+// collective telemetry (a pure-NCCL job: no stage vectors, the report
+// answers 404) still shows it.
 export async function loadJob(route, signal, fresh) {
   const id = route.id;
   const q = reportQuery(route.params);
@@ -27,8 +31,20 @@ export async function loadJob(route, signal, fresh) {
   });
   const rep = cachedJSON(reportPath(id, q), signal, fresh);
   const all = route.params.has('group') ? cachedJSON(reportPath(id, reportQuery(route.params, ['group'])), signal, fresh) : rep;
-  const [r, a, j, js] = await Promise.all([rep, all, job, jobs]);
-  return { rep: r, all: a, job: j, jobs: js };
+  const gh = loadGreyhound(id, signal, fresh); // never rejects
+  let r;
+  let a;
+  try {
+    [r, a] = await Promise.all([rep, all]);
+  } catch (e) {
+    job.catch(() => {}); // an abort rejects it too; this error is reported
+    const g = await gh;
+    if (e.name === 'AbortError' || e.status !== 404 || !g.report) throw e;
+    const [j, js] = await Promise.all([job, jobs]);
+    return { rep: null, all: null, repError: e, job: j, jobs: js, gh: g };
+  }
+  const [j, js, g] = await Promise.all([job, jobs, gh]);
+  return { rep: r, all: a, job: j, jobs: js, gh: g };
 }
 
 // shownGroup is the role group the page shows: the selected one, else the
@@ -42,9 +58,21 @@ function shownGroup(model, params) {
 export function renderJob(main, route, model, view) {
   const { rep, all } = model;
   const p = route.params;
+  if (!rep) {
+    // Collective telemetry only: the stage report's absence is stated,
+    // not raised as an error.
+    const ghv = greyhoundView(model.gh, { hasStage: false });
+    main.replaceChildren(jobHead(route, model, view),
+      el('section', { class: 'card empty no-stage' }, 'No stage-vector report: ', (model.repError && model.repError.message) || 'no data',
+        '. The collective analysis below needs no stage vectors.'), ghv.node);
+    ghv.draw();
+    return;
+  }
   const g = shownGroup(model, p);
   if (!g) {
-    main.replaceChildren(jobHead(route, model, view), el('section', { class: 'card empty' }, 'The report has no role group with data in this window.'));
+    const ghv = greyhoundView(model.gh, { hasStage: false });
+    main.replaceChildren(jobHead(route, model, view), el('section', { class: 'card empty' }, 'The report has no role group with data in this window.'), ghv.node);
+    ghv.draw();
     return;
   }
   const sr = g.report;
@@ -90,6 +118,10 @@ export function renderJob(main, route, model, view) {
   if (opts.rank != null && opts.rank !== '') {
     parts.push(rankCard({ id: route.id, sr, rank: opts.rank, stage: opts.stage, params: p, group: groupKey, signal: view.signal }));
   }
+  // Collective analysis (Greyhound): iteration time, controller, groups,
+  // entry lateness, validation.
+  const ghv = greyhoundView(model.gh, { hasStage: true });
+  if (ghv.node) parts.push(ghv.node);
   const pick = p.has('step') ? Number(p.get('step')) : null;
   parts.push(profilerCard(route.id, sr, h, groupKey, pick));
   parts.push(detailsCard(sr));
@@ -105,6 +137,7 @@ export function renderJob(main, route, model, view) {
     });
   }
   drawHeatmap(heat, sr, opts);
+  ghv.draw();
   const rv = main.querySelector('#rank-view');
   if (rv && view.scrollToRank) rv.scrollIntoView({ block: 'nearest' });
 }

@@ -6,6 +6,7 @@ import { allJobs } from './api.js';
 import { parseRoute, setReplaceHandler, listHref } from './state.js';
 import { renderJobs } from './jobs.js';
 import { loadJob, renderJob, jobHead } from './job.js';
+import { greyhoundSig } from './greyhound.js';
 
 const REFRESH_MS = 10000;
 
@@ -79,7 +80,8 @@ async function load(opts = {}) {
     } else {
       const model = await loadJob(route, ctrl.signal, opts.fresh);
       model.id = route.id;
-      const sig = JSON.stringify(model.rep).length + ':' + JSON.stringify(model.rep.headline) + ':' + (model.rep.timeline ? model.rep.timeline.to : '');
+      const sig = (model.rep ? JSON.stringify(model.rep).length + ':' + JSON.stringify(model.rep.headline) + ':' + (model.rep.timeline ? model.rep.timeline.to : '') : 'no-report') +
+        ':' + greyhoundSig(model.gh);
       if (!(opts.quiet && state.shown && state.shown.key === key && state.shown.sig === sig)) {
         const rank = route.params.get('rank');
         renderJob(main, route, model, { signal: ctrl.signal, scrollToRank: rank != null && rank !== state.rank });

@@ -8,6 +8,10 @@
 // reference (ref_from/ref_to). Keyboard: focus the chart, ←/→ move the
 // cursor, shift+←/→ extend a selection, Enter applies it as the window,
 // R as the reference, Esc clears.
+//
+// Other series reuse it (greyhound.js: iteration time): they pass
+// {step, exposed_ms} points and may add bands, their own tooltips, an
+// svgClass and label; without onBrush the chart is read-only.
 import { el, sv, showTip, hideTip } from './dom.js';
 import { fmtMs, fmtDelta, fmtInt, stageColor, short, niceTicks } from './format.js';
 
@@ -61,8 +65,8 @@ export function drawTimeline(host, o) {
   const stepAt = (px) => Math.round(s0 + ((px - M.l) / iw) * span);
   const ymax = yMax(series, tl.warmup_end, mode);
   const y = (v) => M.t + ih - (Math.min(v, ymax) / ymax) * ih;
-  const svg = sv('svg', { class: 'timeline', width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img',
-    'aria-label': `exposed step time, steps ${s0}–${s1}` });
+  const svg = sv('svg', { class: o.svgClass || 'timeline', width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img',
+    'aria-label': o.label || `exposed step time, steps ${s0}–${s1}` });
 
   const yt = niceTicks(0, ymax, 5);
   svg.append(sv('g', { class: 'grid' }, yt.map((v) => sv('line', { x1: M.l, x2: W - M.r, y1: y(v), y2: y(v) }))));
@@ -79,6 +83,11 @@ export function drawTimeline(host, o) {
   if (tl.warmup_end > s0) svg.append(band('warmup', s0, tl.warmup_end - 0.5, 'warm-up'));
   if (o.ref) svg.append(band('ref', o.ref.from, o.ref.to, 'reference'));
   if (o.window) svg.append(band('window', o.window.from, o.window.to, 'window'));
+  // Other callers' bands ({cls, from, to, label}), e.g. controller phases.
+  for (const b of o.bands || []) {
+    const g = band(b.cls, b.from, b.to, b.label);
+    if (g) svg.append(g);
+  }
 
   // Data.
   const n = series.length;
@@ -126,7 +135,7 @@ export function drawTimeline(host, o) {
     const g = sv('g', { class: 'cp ' + c.kind, 'data-step': c.step, 'data-kind': c.kind, tabindex: 0, 'aria-label': label },
       sv('line', { x1: cx, x2: cx, y1: 18 + 16 * row, y2: M.t + ih }),
       sv('text', { class: 'cp-label', x: end ? cx - 4 : cx + 4, y: 14 + 16 * row, 'text-anchor': end ? 'end' : 'start' }, label));
-    g.addEventListener('mousemove', (ev) => showTip(ev, cpTip(c)));
+    g.addEventListener('mousemove', (ev) => showTip(ev, o.cpTip ? o.cpTip(c) : cpTip(c)));
     g.addEventListener('mouseleave', hideTip);
     svg.append(g);
   }
@@ -163,8 +172,10 @@ export function drawTimeline(host, o) {
   // Interaction layer: hover guide, brush, keyboard cursor.
   const guide = sv('line', { class: 'guide', y1: M.t, y2: M.t + ih, visibility: 'hidden' });
   const sel = sv('rect', { class: 'brush', y: M.t, height: ih, visibility: 'hidden' });
+  // Without onBrush the chart is read-only: the cursor moves, nothing is selected.
+  const brushable = !!o.onBrush;
   const hit = sv('rect', { class: 'hit', x: M.l, y: M.t, width: iw, height: ih, fill: 'transparent', tabindex: 0, role: 'slider',
-    'aria-label': 'step cursor: arrows move, shift+arrows select, Enter sets the window, R the reference',
+    'aria-label': brushable ? 'step cursor: arrows move, shift+arrows select, Enter sets the window, R the reference' : o.cursorLabel || 'cursor: arrows move',
     'aria-valuemin': s0, 'aria-valuemax': s1, 'aria-valuenow': s1 });
   svg.append(guide, sel, hit);
   const local = (ev) => ev.clientX - svg.getBoundingClientRect().left;
@@ -177,7 +188,7 @@ export function drawTimeline(host, o) {
   };
   let drag = null;
   hit.addEventListener('pointerdown', (ev) => {
-    if (ev.button !== 0) return;
+    if (ev.button !== 0 || !brushable) return;
     drag = { x0: clampPx(local(ev)), ref: ev.shiftKey };
     hit.setPointerCapture(ev.pointerId);
     hideTip();
@@ -193,7 +204,7 @@ export function drawTimeline(host, o) {
     guide.setAttribute('x1', x(p.step));
     guide.setAttribute('x2', x(p.step));
     guide.setAttribute('visibility', 'visible');
-    showTip(ev, stepTip(p, stages, o));
+    showTip(ev, o.tip ? o.tip(p) : stepTip(p, stages, o));
   });
   hit.addEventListener('pointerup', (ev) => {
     if (!drag) return;
@@ -221,21 +232,21 @@ export function drawTimeline(host, o) {
     guide.setAttribute('x2', x(p.step));
     guide.setAttribute('visibility', 'visible');
     hit.setAttribute('aria-valuenow', p.step);
-    hit.setAttribute('aria-valuetext', anchor == null ? `step ${p.step}` : `steps ${Math.min(series[anchor].step, p.step)}–${Math.max(series[anchor].step, p.step)} selected`);
+    hit.setAttribute('aria-valuetext', anchor == null ? (o.valueText ? o.valueText(p) : `step ${p.step}`) : `steps ${Math.min(series[anchor].step, p.step)}–${Math.max(series[anchor].step, p.step)} selected`);
     if (anchor != null) showSel(x(series[anchor].step), x(p.step), false);
     else sel.setAttribute('visibility', 'hidden');
   };
   hit.addEventListener('keydown', (ev) => {
     const big = Math.max(1, Math.round(n / 20));
     if (ev.key === 'ArrowLeft' || ev.key === 'ArrowRight') {
-      if (ev.shiftKey && anchor == null) anchor = cur;
+      if (ev.shiftKey && anchor == null && brushable) anchor = cur;
       if (!ev.shiftKey) anchor = null;
       const dir = ev.key === 'ArrowLeft' ? -1 : 1;
       cur = Math.max(0, Math.min(n - 1, cur + dir * (ev.altKey || ev.ctrlKey ? big : 1)));
       showCursor();
       ev.preventDefault();
     } else if (ev.key === 'Home' || ev.key === 'End') {
-      if (ev.shiftKey && anchor == null) anchor = cur;
+      if (ev.shiftKey && anchor == null && brushable) anchor = cur;
       cur = ev.key === 'Home' ? 0 : n - 1;
       showCursor();
       ev.preventDefault();

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/laggard-dev/laggard/internal/analysis"
+)
+
+// runGreyhound prints a job's Greyhound report from a running server.
+func runGreyhound(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("greyhound", "[flags] JOB", stderr)
+	server := fs.String("server", envOr("LAGGARD_SERVER", "http://127.0.0.1:7070"), "laggard server URL (default $LAGGARD_SERVER or http://127.0.0.1:7070)")
+	tokenFile := fs.String("token-file", "", "`FILE` holding a bearer token with the read scope (default $LAGGARD_TOKEN)")
+	asJSON := fs.Bool("json", false, "print the report as JSON (docs/format/greyhound.md)")
+	last := fs.Duration("last", 0, "analyse the calls of this last span (default: the server's window, 10m)")
+	validate := fs.Bool("validate", false, "ask the controller to validate the job now (needs the ingest scope for the job)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	job := fs.Arg(0)
+	base, err := url.Parse(strings.TrimRight(*server, "/"))
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return fmt.Errorf("-server %q: want an http(s) URL", *server)
+	}
+	tok := os.Getenv("LAGGARD_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("-token-file: %w", err)
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	c := &ghClient{base: base.String(), token: tok, hc: &http.Client{Timeout: time.Minute}}
+	if *validate {
+		var out struct {
+			Phase analysis.GreyhoundPhase `json:"phase"`
+		}
+		if err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(job)+"/greyhound/validate", nil, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "laggard greyhound: validation requested (the controller was in %s)\n", out.Phase)
+	}
+	q := url.Values{}
+	if *last > 0 {
+		q.Set("last_s", strconv.FormatFloat(last.Seconds(), 'f', -1, 64))
+	}
+	var raw json.RawMessage
+	if err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(job)+"/greyhound?"+q.Encode(), nil, &raw); err != nil {
+		return err
+	}
+	if *asJSON {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+			return err
+		}
+		buf.WriteByte('\n')
+		_, err := buf.WriteTo(stdout)
+		return err
+	}
+	var rep analysis.GreyhoundReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		return fmt.Errorf("decoding the report: %w", err)
+	}
+	return renderGreyhound(stdout, &rep)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// ghClient is the few API calls the command makes.
+type ghClient struct {
+	base, token string
+	hc          *http.Client
+}
+
+func (c *ghClient) do(ctx context.Context, method, path string, body io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		msg := strings.TrimSpace(string(b))
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		hint := ""
+		switch resp.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			hint = " (give a token: -token-file or $LAGGARD_TOKEN)"
+		case http.StatusNotFound:
+			hint = " (does the job send collective calls? laggard.init(collectives=True) or the NCCL shim)"
+		}
+		return fmt.Errorf("%s %s: %s: %s%s", method, path, resp.Status, msg, hint)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(b, out)
+}
+
+// renderGreyhound prints the report for people: the verdict first, then
+// the evidence in the order the controller used it (§4.1–4.3).
+func renderGreyhound(w io.Writer, rep *analysis.GreyhoundReport) error {
+	ew := &errWriter{w: w}
+	p := ew.printf
+	v := rep.Verdict
+	p("Greyhound-Detect · job %s\n", rep.Job)
+	p("verdict:    %s (%s confidence)%s — %s\n", v.Kind, v.Confidence, verdictWho(v), v.Text)
+	it := rep.Iteration
+	if it.Method == analysis.MethodACF {
+		p("iteration:  %.1f ms median over %d iterations (ACF period %d calls on rank %d, ACF %.3f)", it.MedianMS, len(it.Series), it.Period, it.Rank, it.ACF)
+		if it.TruthErrorPct != nil {
+			p("; %.2f%% from the client's step times", *it.TruthErrorPct)
+		}
+		p("\n")
+		if n := len(it.Series); n > 0 {
+			k := max(0, n-5)
+			var xs []string
+			for _, s := range it.Series[k:] {
+				xs = append(xs, fmt.Sprintf("%.1f", s.MS))
+			}
+			p("            latest: %s ms\n", strings.Join(xs, ", "))
+		}
+	} else {
+		p("iteration:  unknown (%s)\n", ghOrDash(it.Note))
+	}
+	t := rep.Telemetry
+	p("telemetry:  %d calls from %d ranks, %d dropped", t.Calls, t.Ranks, t.Dropped)
+	if t.Limited {
+		p(" — limited: conclusions carry less weight")
+	}
+	p("\n")
+	p("change points (%s):", rep.Detector)
+	n := 0
+	for _, c := range rep.ChangePoints {
+		if c.Verified || rep.Detector != analysis.DetectorBOCDV {
+			n++
+			p("\n  %-6s iteration %d at %s: %.1f → %.1f ms (%+.0f%%, p=%.2f)", c.Kind, c.Index, nsTime(c.EndNS), c.BeforeMS, c.AfterMS, 100*c.Rel, c.Prob)
+		}
+	}
+	if n == 0 {
+		p(" none verified")
+	}
+	if d := len(rep.ChangePoints) - n; d > 0 {
+		p("\n  (%d BOCD candidate(s) dropped by verification: < %.0f%% change)", d, 10.0)
+	}
+	p("\n")
+	deg := 0
+	for _, cl := range rep.Groups {
+		if !cl.Comparable {
+			continue
+		}
+		for _, m := range cl.Members {
+			mark := " "
+			if m.Degraded {
+				mark, deg = "!", deg+1
+			}
+			p("  %s group %-20s %s %s ×%d ranks %v: %.2f ms (×%.2f of the cluster median %.2f)\n", mark, m.Comm, cl.Op, ghBytes(cl.Bytes), cl.Size, m.Ranks, m.ExecMS, m.Ratio, cl.MedianMS)
+		}
+	}
+	if deg == 0 {
+		p("groups:     no degraded group in %d cluster(s)\n", len(rep.Groups))
+	}
+	c := rep.Controller
+	p("controller: %s since %s\n", c.Phase, nsTime(c.SinceNS))
+	for _, tr := range c.History {
+		p("  %s  %s → %s: %s\n", nsTime(tr.AtNS), tr.From, tr.To, tr.Reason)
+	}
+	for _, vr := range rep.Validation {
+		p("validation %s (%s): %s\n", vr.ID, vr.State, vr.Verdict.Text)
+		for _, g := range vr.GEMM {
+			p("  GEMM rank %d: %.2f ms (×%.2f)%s\n", g.Rank, g.MS, g.Ratio, slowMark(g.Slow))
+		}
+		for _, l := range vr.Links {
+			p("  link %d→%d: %.2f ms (×%.2f)%s\n", l.Src, l.Dst, l.MS, l.Ratio, slowMark(l.Slow))
+		}
+	}
+	return ew.err
+}
+
+func verdictWho(v analysis.GreyhoundVerdict) string {
+	var parts []string
+	if len(v.Ranks) > 0 {
+		parts = append(parts, fmt.Sprintf("rank(s) %v", v.Ranks))
+	}
+	for _, l := range v.Links {
+		parts = append(parts, fmt.Sprintf("link %d→%d", l.Src, l.Dst))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+func slowMark(slow bool) string {
+	if slow {
+		return "  ← slow"
+	}
+	return ""
+}
+
+func ghOrDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+func nsTime(ns int64) string {
+	if ns <= 0 {
+		return "—"
+	}
+	return time.Unix(0, ns).UTC().Format("15:04:05.000")
+}
+
+func ghBytes(b int64) string {
+	switch {
+	case b >= 1<<20 && b%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", b>>20)
+	case b >= 1<<10 && b%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", b>>10)
+	}
+	return fmt.Sprintf("%dB", b)
+}
+
+// errWriter keeps the first write error so the renderer reads straight.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}

@@ -1,0 +1,37 @@
+package ingest
+
+import (
+	"github.com/laggard-dev/laggard/internal/signal/collective"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+)
+
+// Item is the payload of one ingest request: one signal kind's decoded,
+// validated records. Every kind goes through one Queue, so the byte
+// budget, each job's FIFO and share, and the group commits are shared: a
+// job's collective flood waits behind its own share like a vector flood,
+// and does not get a second budget beside it.
+type Item struct {
+	// Exactly one is set.
+	Vectors     []stagevec.Vector
+	Collectives *collective.Batch
+
+	// Stored is what the commit reported for this request; the commit
+	// sets it before the request is acknowledged, so read it only after
+	// the request's done channel delivered nil.
+	Stored Stored
+}
+
+// Stored is a commit's report on one request: records new to the store,
+// communicator reports merged, and records that were already stored (a
+// resent batch).
+type Stored struct {
+	Records, Comms, Duplicates int
+}
+
+// Records is the number of records the item holds (the queue's Items).
+func (it *Item) Records() int {
+	if it.Collectives != nil {
+		return len(it.Collectives.Calls) + len(it.Collectives.Comms)
+	}
+	return len(it.Vectors)
+}

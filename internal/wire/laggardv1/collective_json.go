@@ -1,0 +1,129 @@
+package laggardv1
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/collective"
+)
+
+// Record caps of one collective batch, checked while decoding: a tiny
+// encoded call ("{}") decodes to ~170 bytes, so without a count the byte
+// limit alone would let a 64 MiB body allocate gigabytes (as
+// MaxBatchVectors). 131,072 calls is ~30 s of a busy rank's NCCL calls;
+// the agent ships far smaller batches.
+const (
+	MaxBatchCalls = 1 << 17
+	MaxBatchComms = 1 << 14
+)
+
+// UnmarshalJSONCollectives decodes a collective.Batch
+// ({"comms":[…],"calls":[…],"dropped":N}) with the API's strict rules
+// (unknown fields, duplicate keys, trailing data are errors) and validates
+// it against the job's world size (0: not known). Errors name the record:
+// calls[3].enter_ns. b is not modified.
+func UnmarshalJSONCollectives(b []byte, world int) (*collective.Batch, error) {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, err
+	}
+	var out collective.Batch
+	for {
+		k := dec.PeekKind()
+		if k == '}' {
+			break
+		}
+		if k != '"' {
+			_, err := dec.ReadToken()
+			return nil, jsonErr(err)
+		}
+		tok, err := dec.ReadToken() // a repeated name fails here
+		if err != nil {
+			return nil, jsonErr(err)
+		}
+		switch tok.String() {
+		case "calls":
+			// An absent peer, root or step means -1 (not applicable,
+			// unknown), as in protobuf, never rank or step 0.
+			out.Calls, err = decodeArray(dec, "calls", MaxBatchCalls, func(c *collective.Call) { c.Peer, c.Root, c.Step = -1, -1, -1 })
+		case "comms":
+			out.Comms, err = decodeArray[collective.Comm](dec, "comms", MaxBatchComms, nil)
+		case "dropped":
+			err = jsonErr(json.UnmarshalDecode(dec, &out.Dropped, jsonOpts))
+		default:
+			err = &signal.FieldError{Field: pathOf(dec.StackPointer()), Msg: "unknown field"}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return nil, err
+	}
+	if err := expectEOF(dec); err != nil {
+		return nil, err
+	}
+	if err := out.Validate(world); err != nil {
+		return nil, prefix("", err)
+	}
+	return &out, nil
+}
+
+// decodeArray decodes the JSON array of objects at dec's position one
+// element at a time, so its cap holds before the elements are allocated.
+// null is an empty array. init, if set, presets each element's defaults.
+func decodeArray[T any](dec *jsontext.Decoder, field string, limit int, init func(*T)) ([]T, error) {
+	switch k := dec.PeekKind(); k {
+	case 'n':
+		_, err := dec.ReadToken()
+		return nil, jsonErr(err)
+	case '[':
+	case 0:
+		_, err := dec.ReadToken()
+		return nil, jsonErr(err)
+	default:
+		return nil, &signal.FieldError{Field: field, Msg: "must be an array, got " + kindName(k)}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, jsonErr(err)
+	}
+	out := make([]T, 0, 64)
+	for i := 0; ; i++ {
+		k := dec.PeekKind()
+		if k == ']' {
+			break
+		}
+		if k == 0 {
+			_, err := dec.ReadToken()
+			return nil, jsonErr(err)
+		}
+		if i == limit {
+			return nil, fmt.Errorf("%w: more than %d %s in one batch", ErrTooLarge, limit, field)
+		}
+		if k != '{' {
+			return nil, &signal.FieldError{Field: field + "[" + strconv.Itoa(i) + "]", Msg: "must be an object, got " + kindName(k)}
+		}
+		out = append(out, *new(T))
+		if init != nil {
+			init(&out[i])
+		}
+		if err := json.UnmarshalDecode(dec, &out[i], jsonOpts); err != nil {
+			return nil, jsonErr(err)
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, jsonErr(err)
+	}
+	return out, nil
+}
+
+// MarshalJSONCollectives encodes b as UnmarshalJSONCollectives reads it,
+// for clients and tests.
+func MarshalJSONCollectives(b *collective.Batch) ([]byte, error) {
+	return json.Marshal(b)
+}
