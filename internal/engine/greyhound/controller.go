@@ -38,6 +38,10 @@ type ControllerState struct {
 	// manual one): lateness is judged on the instances since it, against
 	// its iteration-time increase.
 	Onset *ChangePointView `json:"onset,omitempty"`
+	// Relief is a verified relief seen while validating: the plan still
+	// runs (ranks may already hold it, and the pause itself bends the
+	// iteration series), and the verdict says the slowdown had ended.
+	Relief *ChangePointView `json:"relief,omitempty"`
 }
 
 // MaxHistory bounds the kept transitions (oldest dropped).
@@ -159,10 +163,13 @@ func Step(s ControllerState, obs Observation, cfg Config) (ControllerState, *Pla
 			s = s.move(PhaseVerdict, now, "profiling timed out", nil)
 		}
 	case PhaseValidation:
-		if obs.Relief != nil {
-			s.Plan = nil
-			s = s.move(PhaseTracking, now, "relieved during validation: the slowdown was transient", obs.Relief)
-			break
+		if obs.Relief != nil && s.Relief == nil {
+			// Not a reason to drop the plan (§4.1 fn. 2 resumes training
+			// when validation finds nothing): ranks may already hold it,
+			// and the validation pause itself is one huge iteration whose
+			// aftermath reads as a relief. Finish it and say so.
+			r := *obs.Relief
+			s.Relief = &r
 		}
 		if s.Plan == nil {
 			s = s.move(PhaseTracking, now, "no plan in flight", nil)
@@ -178,6 +185,12 @@ func Step(s ControllerState, obs Observation, cfg Config) (ControllerState, *Pla
 			reason := "all validation results in"
 			if !j.Complete {
 				reason = "validation deadline passed"
+			}
+			if s.Relief != nil {
+				v.Text += fmt.Sprintf(" (iteration time fell back during validation, %.1f → %.1f ms: the slowdown may have been transient)", s.Relief.BeforeMS, s.Relief.AfterMS)
+				if v.Confidence == ConfidenceHigh {
+					v.Confidence = ConfidenceLow
+				}
 			}
 			s.Verdict = &v
 			s = s.move(PhaseVerdict, now, reason+": "+v.Text, j)
@@ -207,6 +220,9 @@ func (s ControllerState) move(to Phase, now int64, reason string, evidence any) 
 	s.Phase, s.Since = to, now
 	if to == PhaseTracking {
 		s.Plan, s.Onset = nil, nil
+	}
+	if to == PhaseTracking || to == PhaseProfiling {
+		s.Relief = nil
 	}
 	return s
 }

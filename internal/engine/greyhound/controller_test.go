@@ -3,6 +3,7 @@ package greyhound
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -110,6 +111,20 @@ func TestControllerPhases(t *testing.T) {
 	s3, _ := Step(s, Observation{NowNS: 20 + p.DeadlineMS*1e6, Results: part}, cfg)
 	if s3.Phase != PhaseVerdict || s3.Verdict.Confidence != ConfidenceLow {
 		t.Fatalf("%s %+v", s3.Phase, s3.Verdict)
+	}
+	// A relief while validating does not drop the plan the ranks hold:
+	// the verdict comes from its results and says the slowdown ended.
+	r1, _ := Step(s, Observation{NowNS: 35, Relief: relief}, cfg)
+	if r1.Phase != PhaseValidation || r1.Plan == nil || r1.Relief == nil {
+		t.Fatalf("relief during validation: %s %+v", r1.Phase, r1.Plan)
+	}
+	r2, _ := Step(r1, Observation{NowNS: 40, Results: results(*p, map[int]float64{3: 6}, nil)}, cfg)
+	if r2.Phase != PhaseVerdict || r2.Verdict.Kind != VerdictSlowRank || r2.Verdict.Confidence != ConfidenceLow ||
+		!strings.Contains(r2.Verdict.Text, "may have been transient") {
+		t.Fatalf("verdict after a relief: %s %+v", r2.Phase, r2.Verdict)
+	}
+	if r3, _ := Step(r2, Observation{NowNS: 41 + cfg.HoldNS}, cfg); r3.Phase != PhaseTracking || r3.Relief != nil {
+		t.Fatal("the relief outlived its episode")
 	}
 	s, _ = Step(s, Observation{NowNS: 40, Results: results(*p, map[int]float64{3: 6}, nil)}, cfg)
 	if s.Phase != PhaseVerdict || s.Verdict.Kind != VerdictSlowRank || s.Verdict.Ranks[0] != 3 {
