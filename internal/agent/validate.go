@@ -11,55 +11,20 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/laggard-dev/laggard/internal/signal/collective"
 )
 
-// Plan is a validation plan (contracts §3, Greyhound §4.3 Fig. 10).
-type Plan struct {
-	ID         string    `json:"id"`
-	AtStep     int64     `json:"at_step"`
-	DeadlineMS int64     `json:"deadline_ms"`
-	GEMM       *GEMMPlan `json:"gemm,omitempty"`
-	P2P        *P2PPlan  `json:"p2p,omitempty"`
-}
-
-// GEMMPlan lists the ranks that run the compute benchmark.
-type GEMMPlan struct {
-	Ranks []int  `json:"ranks"`
-	N     int    `json:"n"`
-	Dtype string `json:"dtype"`
-	Reps  int    `json:"reps"`
-}
-
-// P2PPlan is the link benchmark: passes of simultaneous send→recv pairs.
-type P2PPlan struct {
-	SizesBytes []int64  `json:"sizes_bytes"`
-	Reps       int      `json:"reps"`
-	Passes     [][]Link `json:"passes"`
-}
-
-// Link is one send→recv pair of a pass.
-type Link struct {
-	Src int `json:"src"`
-	Dst int `json:"dst"`
-}
-
-// Result is one rank's report of a plan.
-type Result struct {
-	Rank   int         `json:"rank"`
-	Missed bool        `json:"missed"`
-	GEMMMS []float64   `json:"gemm_ms,omitempty"`
-	P2P    []P2PResult `json:"p2p,omitempty"`
-	Error  string      `json:"error"`
-}
-
-// P2PResult is one measured transfer.
-type P2PResult struct {
-	Pass  int       `json:"pass"`
-	Src   int       `json:"src"`
-	Dst   int       `json:"dst"`
-	Bytes int64     `json:"bytes"`
-	MS    []float64 `json:"ms"`
-}
+// The validation protocol's types (contracts §3, Greyhound §4.3 Fig. 10)
+// are the server's, from internal/signal/collective.
+type (
+	Plan      = collective.ValidationPlan
+	GEMMPlan  = collective.GEMMTest
+	P2PPlan   = collective.P2PTest
+	Link      = collective.Link
+	Result    = collective.ValidationResult
+	P2PResult = collective.P2PResult
+)
 
 // Executor runs a plan's benchmarks for one rank while its training
 // process is held in the shim's trap. On GPU hosts it reuses the

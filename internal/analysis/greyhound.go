@@ -259,7 +259,7 @@ func wirePlan(p *greyhound.Plan, createdNS int64) *ValidationPlan {
 	for _, pass := range p.P2P.Passes {
 		ls := make([]Link, len(pass))
 		for i, l := range pass {
-			ls[i] = Link{l.Src, l.Dst}
+			ls[i] = Link{Src: l.Src, Dst: l.Dst}
 		}
 		w.P2P.Passes = append(w.P2P.Passes, ls)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/collective"
 )
 
 // The validation protocol's JSON (docs/format/greyhound.md, Greyhound
@@ -21,62 +22,16 @@ import (
 // These are outside input and output, so they are typed and checked here
 // rather than trusted to the engine's in-memory types.
 
-// ValidationPlan is what GET /api/v1/jobs/{id}/validation answers.
-type ValidationPlan struct {
-	ID string `json:"id"`
-	// AtStep: every rank runs the plan at the end of this step (all ranks
-	// reach it: training is synchronous).
-	AtStep     int64     `json:"at_step"`
-	DeadlineMS int64     `json:"deadline_ms"`
-	GEMM       *GEMMTest `json:"gemm,omitempty"`
-	P2P        *P2PTest  `json:"p2p,omitempty"`
-	// CreatedNS is the server clock when the plan was published; the
-	// deadline runs from it.
-	CreatedNS int64 `json:"created_ns,omitempty"`
-	// Suspects are the degraded groups' ranks that moved the controller
-	// (evidence for the report; clients ignore it).
-	Suspects []int `json:"suspects,omitempty"`
-}
-
-// GEMMTest is the computation validation: a GEMM of n×n per rank.
-type GEMMTest struct {
-	Ranks []int  `json:"ranks"`
-	N     int    `json:"n"`
-	Dtype string `json:"dtype"`
-	Reps  int    `json:"reps"`
-}
-
-// P2PTest is the communication validation: O(1) passes of simultaneous
-// sends (Fig. 10), each message size reps times.
-type P2PTest struct {
-	SizesBytes []int64  `json:"sizes_bytes"`
-	Reps       int      `json:"reps"`
-	Passes     [][]Link `json:"passes"`
-}
-
-// Link is one directed send of a pass.
-type Link struct {
-	Src int `json:"src"`
-	Dst int `json:"dst"`
-}
-
-// ValidationResult is one rank's POST body.
-type ValidationResult struct {
-	Rank   int         `json:"rank"`
-	Missed bool        `json:"missed"`
-	GEMMMS []float64   `json:"gemm_ms,omitempty"`
-	P2P    []P2PResult `json:"p2p,omitempty"`
-	Error  string      `json:"error,omitempty"`
-}
-
-// P2PResult is one send or receive the rank took part in.
-type P2PResult struct {
-	Pass  int       `json:"pass"`
-	Src   int       `json:"src"`
-	Dst   int       `json:"dst"`
-	Bytes int64     `json:"bytes"`
-	MS    []float64 `json:"ms"`
-}
+// The protocol's types are single-sourced in internal/signal/collective
+// (the node agent speaks them too).
+type (
+	ValidationPlan   = collective.ValidationPlan
+	GEMMTest         = collective.GEMMTest
+	P2PTest          = collective.P2PTest
+	Link             = collective.Link
+	ValidationResult = collective.ValidationResult
+	P2PResult        = collective.P2PResult
+)
 
 // Bounds on a result: generous for real benchmarks, small enough that a
 // hostile body cannot make the judge slow.
@@ -112,7 +67,7 @@ func DecodeValidationResult(r io.Reader, plan *ValidationPlan, world int) (*Vali
 	if err := json.Unmarshal(b, &res, json.RejectUnknownMembers(true)); err != nil {
 		return nil, jsonFieldError(err)
 	}
-	if err := res.Validate(plan, world); err != nil {
+	if err := validateResult(&res, plan, world); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -175,9 +130,9 @@ func resultPath(p jsontext.Pointer) string {
 	return sb.String()
 }
 
-// Validate checks r against plan (nil: only the plan-free checks) and the
-// world size (0: unknown).
-func (r *ValidationResult) Validate(plan *ValidationPlan, world int) error {
+// validateResult checks r against plan (nil: only the plan-free checks)
+// and the world size (0: unknown).
+func validateResult(r *ValidationResult, plan *ValidationPlan, world int) error {
 	if r.Rank < 0 || (world > 0 && r.Rank >= world) || r.Rank > math.MaxInt32 {
 		return signal.FieldErrorf("rank", "must be in [0, %d), got %d", max(world, 1), r.Rank)
 	}
@@ -199,7 +154,7 @@ func (r *ValidationResult) Validate(plan *ValidationPlan, world int) error {
 	}
 	for i, p := range r.P2P {
 		f := "p2p[" + strconv.Itoa(i) + "]"
-		if err := p.validate(f, r.Rank, plan); err != nil {
+		if err := validateP2P(&p, f, r.Rank, plan); err != nil {
 			return err
 		}
 	}
@@ -211,7 +166,7 @@ func (r *ValidationResult) Validate(plan *ValidationPlan, world int) error {
 	return nil
 }
 
-func (p *P2PResult) validate(f string, rank int, plan *ValidationPlan) error {
+func validateP2P(p *P2PResult, f string, rank int, plan *ValidationPlan) error {
 	if p.Src == p.Dst {
 		return signal.FieldErrorf(f+".dst", "equals src %d", p.Src)
 	}
@@ -236,7 +191,7 @@ func (p *P2PResult) validate(f string, rank int, plan *ValidationPlan) error {
 	if p.Pass < 0 || p.Pass >= len(plan.P2P.Passes) {
 		return signal.FieldErrorf(f+".pass", "must be in [0, %d), got %d", len(plan.P2P.Passes), p.Pass)
 	}
-	if !slices.Contains(plan.P2P.Passes[p.Pass], Link{p.Src, p.Dst}) {
+	if !slices.Contains(plan.P2P.Passes[p.Pass], Link{Src: p.Src, Dst: p.Dst}) {
 		return signal.FieldErrorf(f, "pass %d has no link %d→%d", p.Pass, p.Src, p.Dst)
 	}
 	if !slices.Contains(plan.P2P.SizesBytes, p.Bytes) {

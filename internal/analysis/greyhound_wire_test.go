@@ -12,7 +12,7 @@ func testPlan() *ValidationPlan {
 	return &ValidationPlan{ID: "v-1", AtStep: 100, DeadlineMS: 30000,
 		GEMM: &GEMMTest{Ranks: []int{0, 1, 2, 3}, N: 256, Dtype: "float32", Reps: 3},
 		P2P: &P2PTest{SizesBytes: []int64{1 << 24, 1 << 25}, Reps: 3,
-			Passes: [][]Link{{{0, 1}, {2, 3}}, {{1, 2}, {3, 0}}}}}
+			Passes: [][]Link{{{Src: 0, Dst: 1}, {Src: 2, Dst: 3}}, {{Src: 1, Dst: 2}, {Src: 3, Dst: 0}}}}}
 }
 
 func TestDecodeValidationResult(t *testing.T) {
@@ -100,7 +100,7 @@ func FuzzDecodeValidationResult(f *testing.F) {
 			return
 		}
 		// What is accepted passes validation again (the decoder checks all).
-		if err := res.Validate(testPlan(), 4); err != nil {
+		if err := validateResult(res, testPlan(), 4); err != nil {
 			t.Fatalf("accepted result fails Validate: %v", err)
 		}
 	})
