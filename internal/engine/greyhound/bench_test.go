@@ -48,3 +48,21 @@ func BenchmarkCompareGroups256Ranks(b *testing.B) {
 		CompareGroups(calls, comms, DefaultConfig())
 	}
 }
+
+// BenchmarkJudge1024 judges a validation of a 1,024-rank group (ring and
+// tree passes, 3 sizes × 3 repetitions from both ends of each link).
+func BenchmarkJudge1024(b *testing.B) {
+	cfg := DefaultConfig()
+	ranks := make([]int, 1024)
+	for i := range ranks {
+		ranks[i] = i
+	}
+	plan := PlanValidation([]Group{{Comm: "world", Ranks: ranks}}, cfg)
+	res := results(plan, map[int]float64{7: 4.5}, map[Link]float64{{100, 101}: 3})
+	b.ResetTimer()
+	for b.Loop() {
+		if v := Judge(plan, res, cfg); v.Kind != VerdictSlowRank {
+			b.Fatal(v)
+		}
+	}
+}
