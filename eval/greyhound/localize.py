@@ -173,7 +173,7 @@ def evaluate_run(run, report, timeline, step_ends):
     cps = [c for c in (report or {}).get("changepoints") or [] if c.get("kind") == "onset" and c.get("verified", True)]
     after = [c for c in cps if c.get("end_ns", 0) >= t0 - 1]
     row["onsets_total"] = len(cps)
-    row["false_onsets"] = len(cps) - (1 if after and sc != "none" else 0)
+    row["other_onsets"] = len(cps) - (1 if after and sc != "none" else 0)
     cp = after[0] if after and sc != "none" else None
     if cp:
         cs = step_of(step_ends, cp["end_ns"])
@@ -406,7 +406,7 @@ def fmt(v, spec="%s"):
 
 LOC_COLS = ["scenario", "seed", "injected", "base_ms", "fault_ms", "slowdown_pct", "cp_step", "cp_steps", "cp_s",
             "detect_steps", "detect_s", "verdict_kind", "named", "score", "verdict_steps", "verdict_s",
-            "validation_states", "false_onsets", "phases", "note"]
+            "validation_states", "other_onsets", "phases", "note"]
 
 
 def write_tables(rows, results):
@@ -438,7 +438,8 @@ def write_tables(rows, results):
         "slow_link whose links all end at the injected rank, partial = only that rank as slow_rank; "
         "withheld = no rank or link named (inconclusive / none / uniform / no verdict before the run ended); "
         "control correct = nothing named. Change point = first verified onset in the final report at or after the "
-        "injection; detect = controller tracking→profiling; verdict = →verdict (server clock, from the injection "
+        "injection; other_onsets (tsv) = verified onsets in the final report other than that one (before the "
+        "injection, or a further rise during the fault window); detect = controller tracking→profiling; verdict = →verdict (server clock, from the injection "
         "instant: start of the onset step on the fault rank, or tc's instant)."]
     lines += ["", "Verdict texts and notes:", ""] + [
         "- %s s%s: %s%s" % (r["scenario"], r.get("seed"), r["verdict_text"] or "-",

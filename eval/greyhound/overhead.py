@@ -72,10 +72,10 @@ def wait_load(max_load, wait_s):
     return os.getloadavg()[0]
 
 
-def start_server(exe, work):
+def start_server(exe, work, interval):
     log = open(os.path.join(work, "serve.log"), "w")
     srv = subprocess.Popen([exe, "serve", "-addr", "127.0.0.1:0", "-data", os.path.join(work, "data"),
-                            "-greyhound-interval", "1s"], stdout=log, stderr=subprocess.STDOUT)
+                            "-greyhound-interval", interval], stdout=log, stderr=subprocess.STDOUT)
     # the chosen port is printed in the log
     for _ in range(200):
         time.sleep(0.05)
@@ -124,6 +124,10 @@ def main(argv=None):
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--greyhound-interval", default="0",
+                    help="laggard serve -greyhound-interval; 0 (default) turns the controller off: the server shares "
+                         "this machine's cores with the pinned ranks, and only the capture arm has calls for it to "
+                         "analyse, so its CPU would be charged to the client")
     ap.add_argument("--demo-args", default="", help='more ddp_demo.py flags, e.g. "--dim 256 --seq 64"')
     ap.add_argument("--out-name", default="overhead", help="results file stem")
     ap.add_argument("--max-load", type=float, default=3.0)
@@ -133,7 +137,7 @@ def main(argv=None):
     ap.add_argument("--results", default=os.path.join(ROOT, "eval", "greyhound", "results"))
     args = ap.parse_args(argv)
     work = tempfile.mkdtemp(prefix="gh-overhead-")
-    srv, url = start_server(args.laggard, work)
+    srv, url = start_server(args.laggard, work, args.greyhound_interval)
     runs, pairs = [], []
     try:
         for i in range(args.pairs):
@@ -160,12 +164,13 @@ def main(argv=None):
             f.write("%d\t%s\t%.2f\t%.3f\t%.3f\t%+.2f\n" % (p["index"], "/".join(pair_order(p["index"])),
                                                          p["load_before"], p["off"], p["on"], rel))
     lines = ["# Overhead of collective capture (real DDP demo)", "",
-             "`eval/greyhound/overhead.py --pairs %d --steps %d --world %d%s%s` — %d-rank gloo DDP demo against a real "
-             "`laggard serve` (Greyhound controller on, 1 s), validation off in both arms, same seed %d, order "
+             "`eval/greyhound/overhead.py --pairs %d --steps %d --world %d%s%s --greyhound-interval %s` — %d-rank gloo DDP demo against a real "
+             "`laggard serve` on this machine (its Greyhound controller off unless the interval is > 0), validation off in both arms, same seed %d, order "
              "alternating, ranks pinned. Step time = gap between consecutive step ends of the slowest rank "
              "(--truth-out), median over steps %d..%d of each run." % (
                  args.pairs, args.steps, args.world, "" if args.pin else " --no-pin",
-                 ' --demo-args "%s"' % args.demo_args if args.demo_args else "", args.world, args.seed,
+                 ' --demo-args "%s"' % args.demo_args if args.demo_args else "", args.greyhound_interval, args.world,
+                 args.seed,
                  args.skip + 1, args.steps - 1), "",
              "| pair | order | load | off (ms) | on (ms) | on vs off |", "|---|---|---|---|---|---|"]
     for p, rel in zip(pairs, s["rel_pct"]):

@@ -104,7 +104,7 @@ class Timeline(unittest.TestCase):
         self.assertEqual(row["verdict_kind"], "slow_rank")
         self.assertEqual(row["named"], "rank 1")
         self.assertEqual(row["score"], "correct")
-        self.assertEqual(row["false_onsets"], 1)
+        self.assertEqual(row["other_onsets"], 1)
         self.assertEqual(row["slowdown_pct"], 50.0)
         self.assertEqual(row["phases"], "tracking→profiling→validation→verdict")
         self.assertEqual(row["validation_states"], "done")
@@ -133,7 +133,7 @@ class Timeline(unittest.TestCase):
                "start_ns": 0}
         row = localize.evaluate_run(run, {"changepoints": [], "controller": {"history": []}}, [], self.ends)
         self.assertEqual(row["score"], "correct")
-        self.assertEqual(row["false_onsets"], 0)
+        self.assertEqual(row["other_onsets"], 0)
         self.assertEqual(row["injected"], "none")
         self.assertEqual(row["phases"], "tracking")
 
