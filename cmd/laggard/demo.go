@@ -29,6 +29,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	world := fs.Int("world", 4, "DDP world size (ranks), 2..64")
 	steps := fs.Int("steps", 40, "measured steps after warm-up, 5..100000")
 	warmup := fs.Int("warmup", 10, "warm-up steps before the fault starts, 1..10000")
+	validateSteps := fs.Int("validate-steps", 100, "steps trained after the measured ones (fault still on) so Greyhound's controller can validate while the ranks run; 0 skips, 0..100000")
 	fault := fs.String("fault", "data", "fault family: "+strings.Join(faultNames(), ", "))
 	delay := fs.Float64("delay-ms", 120, "injected delay per step on the hidden rank, 0..60000")
 	rank := fs.Int("rank", -1, "the faulty rank (default -1: a hidden random rank)")
@@ -52,6 +53,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		checkRange("world", *world, 2, 64),
 		checkRange("steps", *steps, 5, 100_000),
 		checkRange("warmup", *warmup, 1, 10_000),
+		checkRange("validate-steps", *validateSteps, 0, 100_000),
 		checkRange("delay-ms", *delay, 0, 60_000),
 		checkRange("seed", *seed, 0, 1<<31-1), // torch.Generator seeds with seed*1000+rank
 	); err != nil {
@@ -121,7 +123,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"  a %.0f ms %s fault injected on a hidden rank. Server: %s\n", *world, *warmup, *steps, *delay, *fault, url)
 	res, err := demo.Run(ctx, demo.Options{
 		ServerURL: url, Python: *python, Files: pyclient.FS,
-		World: *world, Steps: *steps, Warmup: *warmup,
+		World: *world, Steps: *steps, Warmup: *warmup, ValidateSteps: *validateSteps, GreyhoundWait: 60 * time.Second,
 		Fault: *fault, FaultRank: *rank, DelayMS: *delay, Seed: *seed, JobID: job, Stderr: stderr,
 	})
 	if err != nil {

@@ -39,6 +39,13 @@ type Options struct {
 	World     int
 	Steps     int // measured steps after warmup
 	Warmup    int
+	// ValidateSteps are steps trained after the measured ones so the
+	// Greyhound controller can publish a validation plan and the ranks
+	// run it at its at_step (they can only while training); the fault
+	// stays on. GreyhoundWait bounds the wait after training for the
+	// controller to leave profiling/validation.
+	ValidateSteps int
+	GreyhoundWait time.Duration
 	Fault     string
 	FaultRank int // the hidden rank; the caller chooses it
 	DelayMS   float64
@@ -84,7 +91,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	args := []string{filepath.Join(dir, "examples", "ddp_demo.py"),
 		"--server", o.ServerURL, "--job", o.JobID,
-		"--world", fmt.Sprint(o.World), "--steps", fmt.Sprint(o.Warmup + o.Steps), "--warmup", fmt.Sprint(o.Warmup),
+		"--world", fmt.Sprint(o.World), "--steps", fmt.Sprint(o.Warmup + o.Steps + o.ValidateSteps), "--warmup", fmt.Sprint(o.Warmup),
 		"--fault", o.Fault, "--fault-rank", fmt.Sprint(o.FaultRank), "--delay-ms", fmt.Sprint(o.DelayMS),
 		"--fault-start", fmt.Sprint(o.Warmup), "--seed", fmt.Sprint(o.Seed),
 		// Greyhound: capture the DDP buckets' collectives and take part in
@@ -154,13 +161,33 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.StageInTop2 = slices.Contains(g.Top2, want)
 	}
 	res.RankLocated = rep.Headline.Rank == o.FaultRank
-	if gr, err := FetchGreyhound(ctx, o.ServerURL, o.JobID); err != nil {
-		res.GreyhoundErr = err.Error()
-	} else {
-		res.Greyhound = gr
-	}
+	res.Greyhound, res.GreyhoundErr = awaitGreyhound(ctx, o)
+
 	res.RankWithheld = rep.Headline.Rank < 0
 	return res, nil
+}
+
+// awaitGreyhound fetches the Greyhound report, waiting (bounded by
+// o.GreyhoundWait) while the controller is still profiling or validating:
+// the last ranks' results arrive as training ends.
+func awaitGreyhound(ctx context.Context, o Options) (*analysis.GreyhoundReport, string) {
+	deadline := time.Now().Add(o.GreyhoundWait)
+	for {
+		gr, err := FetchGreyhound(ctx, o.ServerURL, o.JobID)
+		if err != nil {
+			return nil, err.Error()
+		}
+		ph := gr.Controller.Phase
+		busy := ph == analysis.PhaseProfiling || ph == analysis.PhaseValidation
+		if !busy || time.Now().After(deadline) {
+			return gr, ""
+		}
+		select {
+		case <-ctx.Done():
+			return gr, ""
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // FetchReport asks the server for the job report of steps [from, to].

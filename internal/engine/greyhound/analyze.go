@@ -291,22 +291,31 @@ func truthError(iters []Iter, steps []StepTruth) (float64, bool) {
 	}
 	from := iters[0].EndNS - int64(iters[0].MS*1e6)
 	to := iters[len(iters)-1].EndNS
-	sum, n := 0.0, 0
+	n := 0
 	for _, s := range steps {
 		if s.EndNS > s.StartNS && s.StartNS >= from && s.EndNS <= to {
-			sum += float64(s.EndNS-s.StartNS) / 1e6
 			n++
 		}
 	}
 	if n == 0 {
 		return 0, false
 	}
-	truth := sum / float64(n)
-	ours := 0.0
-	for _, x := range iters {
-		ours += x.MS
+	// Medians, not means: a validation pause (Greyhound §4.3) lies
+	// between two steps — inside one collective period but outside the
+	// client's step wall times — and one such 10 s iteration would move a
+	// mean of 150 by 20%; neither median moves.
+	walls := make([]float64, 0, n)
+	for _, s := range steps {
+		if s.EndNS > s.StartNS && s.StartNS >= from && s.EndNS <= to {
+			walls = append(walls, float64(s.EndNS-s.StartNS)/1e6)
+		}
 	}
-	ours /= float64(len(iters))
+	truth := stats.Median(walls)
+	mine := make([]float64, len(iters))
+	for i, x := range iters {
+		mine[i] = x.MS
+	}
+	ours := stats.Median(mine)
 	if truth <= 0 {
 		return 0, false
 	}
