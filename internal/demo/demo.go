@@ -142,6 +142,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		fmt.Fprintf(o.Stderr, "  trainer │ %s\n", sc.Text())
 	}
+	// The validation tail is not part of the scored window: the report
+	// covers the measured steps as before.
+	to = min(to, from+int64(o.Steps)-1)
 	<-done // Wait closes the pipes: drain them first
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("DDP trainer failed: %w", err)
@@ -171,20 +174,30 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 // o.GreyhoundWait) while the controller is still profiling or validating:
 // the last ranks' results arrive as training ends.
 func awaitGreyhound(ctx context.Context, o Options) (*analysis.GreyhoundReport, string) {
-	deadline := time.Now().Add(o.GreyhoundWait)
+	wait := o.GreyhoundWait
+	if o.ValidateSteps == 0 {
+		wait = 0 // nothing can finish once training stopped
+	}
+	deadline := time.Now().Add(wait)
+	var last *analysis.GreyhoundReport
 	for {
-		gr, err := FetchGreyhound(ctx, o.ServerURL, o.JobID)
-		if err != nil {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		gr, err := FetchGreyhound(fctx, o.ServerURL, o.JobID)
+		cancel()
+		switch {
+		case err != nil && last == nil:
 			return nil, err.Error()
+		case err == nil:
+			last = gr
 		}
-		ph := gr.Controller.Phase
+		ph := last.Controller.Phase
 		busy := ph == analysis.PhaseProfiling || ph == analysis.PhaseValidation
-		if !busy || time.Now().After(deadline) {
-			return gr, ""
+		if !busy || !time.Now().Before(deadline) {
+			return last, ""
 		}
 		select {
 		case <-ctx.Done():
-			return gr, ""
+			return last, ""
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

@@ -283,8 +283,8 @@ func replay(rep *Report, in Input, cfg Config) ControllerState {
 	return s
 }
 
-// truthError is §7.2's relative error of the mean iteration time against
-// the client's steps over the same span (percent).
+// truthError is §7.2's relative error of the iteration time against the
+// client's steps over the same span (percent), by medians.
 func truthError(iters []Iter, steps []StepTruth) (float64, bool) {
 	if len(iters) == 0 || len(steps) == 0 {
 		return 0, false

@@ -88,9 +88,12 @@ func NewController(nowNS int64) ControllerState {
 //	validation → verdict     all results in, or the deadline passed; GEMM
 //	                         and P2P results first, then entry lateness
 //	                         (late_rank) when they find nothing
-//	verdict    → tracking    a verified relief, or HoldNS elapsed
-//	profiling/validation → tracking on a relief (§4.1 footnote 2: a
-//	                         transient fail-slow that resolves meanwhile)
+//	verdict    → tracking    a verified relief (also one seen during
+//	                         validation, at the next step), or HoldNS elapsed
+//	profiling  → tracking    on a relief (§4.1 footnote 2: a transient
+//	                         fail-slow that resolves meanwhile); during
+//	                         validation a relief is noted, the plan
+//	                         finishes and the verdict says so
 func Step(s ControllerState, obs Observation, cfg Config) (ControllerState, *Plan) {
 	if s.Phase == "" {
 		s = NewController(obs.NowNS)
@@ -197,6 +200,10 @@ func Step(s ControllerState, obs Observation, cfg Config) (ControllerState, *Pla
 		}
 	case PhaseVerdict:
 		switch {
+		case s.Relief != nil:
+			// The slowdown already relieved while validating: holding
+			// the verdict would leave the job unwatched for HoldNS.
+			s = s.move(PhaseTracking, now, "the slowdown had relieved during validation; tracking again", s.Relief)
 		case obs.Relief != nil:
 			s = s.move(PhaseTracking, now, "verified relief", obs.Relief)
 		case now-s.Since >= cfg.HoldNS:

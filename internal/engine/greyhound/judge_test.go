@@ -109,6 +109,17 @@ func TestJudgeSlowRankExplainsItsLinks(t *testing.T) {
 	}
 }
 
+// A link compared within one or two transfers of its kind may differ by a
+// fixed path difference, not a fault: it is named with low confidence.
+func TestJudgeThinComparisonIsLowConfidence(t *testing.T) {
+	cfg := DefaultConfig()
+	plan := PlanValidation([]Group{{Comm: "g", Ranks: []int{0, 1}}}, cfg)
+	v := Judge(plan, results(plan, nil, map[Link]float64{{0, 1}: 5}), cfg)
+	if v.Kind != VerdictSlowLink || v.Confidence != ConfidenceLow || !strings.Contains(v.Text, "fewer than 3 transfers") {
+		t.Fatalf("%+v", v)
+	}
+}
+
 // On a quiet host (NVLink, a dedicated NIC) the paper's 10% still applies.
 func TestSlowLimit(t *testing.T) {
 	for _, c := range []struct {
@@ -119,7 +130,7 @@ func TestSlowLimit(t *testing.T) {
 		{"quiet", []float64{1, 1.01, 0.99, 1, 1.3}, 1.1, 1.1},
 		{"too few to estimate", []float64{1, 2}, 1.1, 1.1},
 		{"noisy", []float64{0.66, 1.24, 0.98, 1.02, 1.2, 0.72}, 2.1, 2.5},
-		{"two slow links of six do not widen it", []float64{0.42, 0.54, 0.69, 1.31, 7.52, 7.59}, 5, 6},
+		{"two slow links of six: the limit comes from the fast side", []float64{0.42, 0.54, 0.69, 1.31, 7.52, 7.59}, 5, 6},
 	} {
 		got := slowLimit(c.ratios, 0.10)
 		if got < c.lo-1e-9 || got > c.hi+1e-9 {
