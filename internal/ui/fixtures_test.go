@@ -48,21 +48,32 @@ func fixtureFiles(t testing.TB, w *world) map[string][]byte {
 
 func TestFixtures(t *testing.T) {
 	w := loadWorld(t)
-	files := fixtureFiles(t, w)
-	onDisk, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	syncGolden(t, "*.json", fixtureFiles(t, w),
+		func(name string) bool { return strings.HasPrefix(name, "greyhound-") }, // TestGreyhoundFixtures'
+		"scenario", "TestFixtures", ": the engine or a scenario changed")
+}
+
+// syncGolden keeps testdata/<glob> equal to files: with -update it writes
+// them and removes the strays; otherwise it reports stale, missing and
+// stray files, naming the test (run) whose -update regenerates them. skip
+// names files of the glob another test owns; what says whose a file
+// should be; why is added to the stale message.
+func syncGolden(t *testing.T, glob string, files map[string][]byte, skip func(name string) bool, what, run, why string) {
+	t.Helper()
+	onDisk, err := filepath.Glob(filepath.Join("testdata", glob))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range onDisk {
-		if _, ok := files[filepath.Base(p)]; ok || strings.HasPrefix(filepath.Base(p), "greyhound-") {
-			continue // greyhound-*.json are TestGreyhoundFixtures'
+		if _, ok := files[filepath.Base(p)]; ok || (skip != nil && skip(filepath.Base(p))) {
+			continue
 		}
 		if *update {
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)
 			}
 		} else {
-			t.Errorf("%s is no scenario's; run go test ./internal/ui -run TestFixtures -update", p)
+			t.Errorf("%s is no %s's; run go test ./internal/ui -run %s -update", p, what, run)
 		}
 	}
 	for name, want := range files {
@@ -75,9 +86,9 @@ func TestFixtures(t *testing.T) {
 		}
 		got, err := os.ReadFile(p)
 		if err != nil {
-			t.Errorf("%v (run go test ./internal/ui -run TestFixtures -update)", err)
+			t.Errorf("%v (run go test ./internal/ui -run %s -update)", err, run)
 		} else if !bytes.Equal(got, want) {
-			t.Errorf("%s is stale: the engine or a scenario changed; run go test ./internal/ui -run TestFixtures -update", p)
+			t.Errorf("%s is stale%s; run go test ./internal/ui -run %s -update", p, why, run)
 		}
 	}
 }

@@ -531,37 +531,7 @@ func ghFixtureFiles(t testing.TB) map[string][]byte {
 }
 
 func TestGreyhoundFixtures(t *testing.T) {
-	files := ghFixtureFiles(t)
-	onDisk, err := filepath.Glob(filepath.Join("testdata", "greyhound-*.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range onDisk {
-		if _, ok := files[filepath.Base(p)]; !ok {
-			if *update {
-				if err := os.Remove(p); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				t.Errorf("%s is no fixture's; run go test ./internal/ui -run TestGreyhoundFixtures -update", p)
-			}
-		}
-	}
-	for name, want := range files {
-		p := filepath.Join("testdata", name)
-		if *update {
-			if err := os.WriteFile(p, want, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		got, err := os.ReadFile(p)
-		if err != nil {
-			t.Errorf("%v (run go test ./internal/ui -run TestGreyhoundFixtures -update)", err)
-		} else if !bytes.Equal(got, want) {
-			t.Errorf("%s is stale; run go test ./internal/ui -run TestGreyhoundFixtures -update", p)
-		}
-	}
+	syncGolden(t, "greyhound-*.json", ghFixtureFiles(t), nil, "fixture", "TestGreyhoundFixtures", "")
 }
 
 // Every fixture follows the report contract: no unknown field, lengths
