@@ -3,6 +3,7 @@ package laggardv1
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -187,6 +188,14 @@ func normalize(b *collective.Batch) *collective.Batch {
 	}
 	if len(c.Comms) == 0 {
 		c.Comms = nil
+	}
+	// "ranks": [] and no "ranks" both mean the members are not listed
+	// (the encoder omits an empty list).
+	c.Comms = slices.Clone(c.Comms)
+	for i := range c.Comms {
+		if len(c.Comms[i].Ranks) == 0 {
+			c.Comms[i].Ranks = nil
+		}
 	}
 	return &c
 }
