@@ -161,12 +161,8 @@ const (
 // sent, it is "true" too and the trailer Laggard-Error says why (a scan
 // that fails before any line is sent is an ordinary error answer).
 func (a *API) listCollectives(w http.ResponseWriter, r *http.Request) {
-	j, ok := a.job(w, r)
+	j, ok := a.collectiveJob(w, r)
 	if !ok {
-		return
-	}
-	if a.d.Collectives == nil {
-		a.fail(w, r, http.StatusNotImplemented, errors.New("this server does not store collective calls"))
 		return
 	}
 	q := store.CallQuery{Rank: -1}
@@ -241,15 +237,25 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// listComms answers a job's communicators, the members' reports merged
-// (GET /api/v1/jobs/{id}/comms).
-func (a *API) listComms(w http.ResponseWriter, r *http.Request) {
+// collectiveJob is a.job for the collective reads: 501 when this server
+// does not store collective calls.
+func (a *API) collectiveJob(w http.ResponseWriter, r *http.Request) (*signal.Job, bool) {
 	j, ok := a.job(w, r)
 	if !ok {
-		return
+		return nil, false
 	}
 	if a.d.Collectives == nil {
 		a.fail(w, r, http.StatusNotImplemented, errors.New("this server does not store collective calls"))
+		return nil, false
+	}
+	return j, true
+}
+
+// listComms answers a job's communicators, the members' reports merged
+// (GET /api/v1/jobs/{id}/comms).
+func (a *API) listComms(w http.ResponseWriter, r *http.Request) {
+	j, ok := a.collectiveJob(w, r)
+	if !ok {
 		return
 	}
 	comms, err := a.d.Collectives.Comms(j.ID)

@@ -205,33 +205,24 @@ func awaitGreyhound(ctx context.Context, o Options) (*analysis.GreyhoundReport, 
 
 // FetchReport asks the server for the job report of steps [from, to].
 func FetchReport(ctx context.Context, base, job string, from, to int64) (*analysis.Report, error) {
-	url := fmt.Sprintf("%s/api/v1/jobs/%s/report?from=%d&to=%d", base, job, from, to)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	rep, err := getJSON[analysis.Report](ctx, fmt.Sprintf("%s/api/v1/jobs/%s/report?from=%d&to=%d", base, job, from, to), "report")
 	if err != nil {
 		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, lastLine(string(body)))
-	}
-	var rep analysis.Report
-	if err := json.Unmarshal(body, &rep); err != nil {
-		return nil, fmt.Errorf("decoding report: %w", err)
 	}
 	if len(rep.Groups) == 0 {
 		return nil, fmt.Errorf("report of job %s has no role group", job)
 	}
-	return &rep, nil
+	return rep, nil
 }
 
 // FetchGreyhound asks the server for the job's Greyhound report.
 func FetchGreyhound(ctx context.Context, base, job string) (*analysis.GreyhoundReport, error) {
-	url := fmt.Sprintf("%s/api/v1/jobs/%s/greyhound", base, job)
+	return getJSON[analysis.GreyhoundReport](ctx, fmt.Sprintf("%s/api/v1/jobs/%s/greyhound", base, job), "the greyhound report")
+}
+
+// getJSON GETs url and decodes its 200 answer; another status is an error
+// quoting the server's last line.
+func getJSON[T any](ctx context.Context, url, what string) (*T, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -245,9 +236,9 @@ func FetchGreyhound(ctx context.Context, base, job string) (*analysis.GreyhoundR
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, lastLine(string(body)))
 	}
-	var rep analysis.GreyhoundReport
-	if err := json.Unmarshal(body, &rep); err != nil {
-		return nil, fmt.Errorf("decoding the greyhound report: %w", err)
+	var v T
+	if err := json.Unmarshal(body, &v); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", what, err)
 	}
-	return &rep, nil
+	return &v, nil
 }

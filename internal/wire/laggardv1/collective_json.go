@@ -2,8 +2,6 @@ package laggardv1
 
 import (
 	"bytes"
-	"fmt"
-	"strconv"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -78,46 +76,16 @@ func UnmarshalJSONCollectives(b []byte, world int) (*collective.Batch, error) {
 // element at a time, so its cap holds before the elements are allocated.
 // null is an empty array. init, if set, presets each element's defaults.
 func decodeArray[T any](dec *jsontext.Decoder, field string, limit int, init func(*T)) ([]T, error) {
-	switch k := dec.PeekKind(); k {
-	case 'n':
-		_, err := dec.ReadToken()
-		return nil, jsonErr(err)
-	case '[':
-	case 0:
-		_, err := dec.ReadToken()
-		return nil, jsonErr(err)
-	default:
-		return nil, &signal.FieldError{Field: field, Msg: "must be an array, got " + kindName(k)}
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return nil, jsonErr(err)
-	}
 	out := make([]T, 0, 64)
-	for i := 0; ; i++ {
-		k := dec.PeekKind()
-		if k == ']' {
-			break
-		}
-		if k == 0 {
-			_, err := dec.ReadToken()
-			return nil, jsonErr(err)
-		}
-		if i == limit {
-			return nil, fmt.Errorf("%w: more than %d %s in one batch", ErrTooLarge, limit, field)
-		}
-		if k != '{' {
-			return nil, &signal.FieldError{Field: field + "[" + strconv.Itoa(i) + "]", Msg: "must be an object, got " + kindName(k)}
-		}
+	err := walkArray(dec, field, limit, func(i int, _ string) error {
 		out = append(out, *new(T))
 		if init != nil {
 			init(&out[i])
 		}
-		if err := json.UnmarshalDecode(dec, &out[i], jsonOpts); err != nil {
-			return nil, jsonErr(err)
-		}
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return nil, jsonErr(err)
+		return jsonErr(json.UnmarshalDecode(dec, &out[i], jsonOpts))
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -133,21 +133,47 @@ func UnmarshalJSONBatch(b []byte, job *signal.Job) ([]stagevec.Vector, error) {
 }
 
 func decodeVectors(dec *jsontext.Decoder, job *signal.Job) ([]stagevec.Vector, error) {
+	out := make([]stagevec.Vector, 0, 64)
+	err := walkArray(dec, "vectors", MaxBatchVectors, func(i int, path string) error {
+		var jv jsonVector
+		if err := json.UnmarshalDecode(dec, &jv, jsonOpts); err != nil {
+			return jsonErr(err)
+		}
+		if err := jv.resolveNames(job); err != nil {
+			return prefix(path, err)
+		}
+		out = append(out, jv.Vector)
+		if err := out[i].Validate(job); err != nil {
+			return prefix(path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// walkArray walks the JSON array of objects at dec's position, calling
+// each with dec at the i-th object (path names it: "field[i]"), so a cap
+// of limit elements holds before more are decoded. null is an empty
+// array ("vectors": null is an empty batch); a non-array or non-object
+// element is a FieldError naming it.
+func walkArray(dec *jsontext.Decoder, field string, limit int, each func(i int, path string) error) error {
 	switch k := dec.PeekKind(); k {
-	case 'n': // "vectors": null is an empty batch
+	case 'n':
 		_, err := dec.ReadToken()
-		return nil, jsonErr(err)
+		return jsonErr(err)
 	case '[':
 	case 0:
 		_, err := dec.ReadToken()
-		return nil, jsonErr(err)
+		return jsonErr(err)
 	default:
-		return nil, &signal.FieldError{Field: "vectors", Msg: "must be an array, got " + kindName(k)}
+		return &signal.FieldError{Field: field, Msg: "must be an array, got " + kindName(k)}
 	}
 	if _, err := dec.ReadToken(); err != nil {
-		return nil, jsonErr(err)
+		return jsonErr(err)
 	}
-	out := make([]stagevec.Vector, 0, 64)
 	for i := 0; ; i++ {
 		k := dec.PeekKind()
 		if k == ']' {
@@ -155,31 +181,21 @@ func decodeVectors(dec *jsontext.Decoder, job *signal.Job) ([]stagevec.Vector, e
 		}
 		if k == 0 {
 			_, err := dec.ReadToken()
-			return nil, jsonErr(err)
+			return jsonErr(err)
 		}
-		if i == MaxBatchVectors {
-			return nil, fmt.Errorf("%w: more than %d vectors in one batch", ErrTooLarge, MaxBatchVectors)
+		if i == limit {
+			return fmt.Errorf("%w: more than %d %s in one batch", ErrTooLarge, limit, field)
 		}
-		path := "vectors[" + strconv.Itoa(i) + "]"
+		path := field + "[" + strconv.Itoa(i) + "]"
 		if k != '{' {
-			return nil, &signal.FieldError{Field: path, Msg: "must be an object, got " + kindName(k)}
+			return &signal.FieldError{Field: path, Msg: "must be an object, got " + kindName(k)}
 		}
-		var jv jsonVector
-		if err := json.UnmarshalDecode(dec, &jv, jsonOpts); err != nil {
-			return nil, jsonErr(err)
-		}
-		if err := jv.resolveNames(job); err != nil {
-			return nil, prefix(path, err)
-		}
-		out = append(out, jv.Vector)
-		if err := out[i].Validate(job); err != nil {
-			return nil, prefix(path, err)
+		if err := each(i, path); err != nil {
+			return err
 		}
 	}
-	if _, err := dec.ReadToken(); err != nil {
-		return nil, jsonErr(err)
-	}
-	return out, nil
+	_, err := dec.ReadToken()
+	return jsonErr(err)
 }
 
 // DecodeJob decodes a job registration. The body's "id" may be omitted, in
