@@ -210,9 +210,18 @@ func (p *page) count(sel string) int {
 
 func (p *page) click(sel string) {
 	p.t.Helper()
-	p.wait(fmt.Sprintf(`document.querySelector(%q)`, sel), sel)
-	if err := chromedp.Do(p.ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible)); err != nil {
-		p.t.Fatalf("click %s: %v", sel, err)
+	// A view that re-renders (a list refreshed after sign-in) can replace
+	// the node between chromedp's query and its click; the click is then
+	// retried on the new node, a few times at most.
+	for try := 0; ; try++ {
+		p.wait(fmt.Sprintf(`document.querySelector(%q)`, sel), sel)
+		err := chromedp.Do(p.ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+		if err == nil {
+			return
+		}
+		if try == 4 || !strings.Contains(err.Error(), "Could not find node") {
+			p.t.Fatalf("click %s: %v", sel, err)
+		}
 	}
 }
 
