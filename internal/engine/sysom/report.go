@@ -1,0 +1,181 @@
+package sysom
+
+// Report is SysOM-AI's JSON report (contract §5; API GET
+// /api/v1/jobs/{id}/sysom, the UI). Every list is non-nil so the JSON
+// holds [] rather than null, and every order is deterministic.
+type Report struct {
+	SlowRanks []SlowRank      `json:"slow_ranks"`
+	Waterline []WaterlineFlag `json:"waterline"`
+	Diagnoses []Diagnosis     `json:"diagnoses"`
+	// Temporal is set when no straggler exists and the iteration time
+	// rose by at least Config.IterRise over the baseline (§3.1).
+	Temporal *Temporal `json:"temporal,omitempty"`
+	Notes    []string  `json:"notes"`
+}
+
+// Align says how a communicator's instances were aligned across hosts.
+type Align string
+
+const (
+	// AlignExit: every member's call carried its completion time (device
+	// end, or a synchronous backend's return), so each rank's entry is
+	// measured back from the common exit on its own clock — cross-host
+	// clock offsets cancel (barrier.go).
+	AlignExit Align = "exit"
+	// AlignEntry: completion times were missing on some member; lateness
+	// is entry minus the earliest entry, which assumes synchronized host
+	// clocks (NTP/PTP).
+	AlignEntry Align = "entry"
+	// AlignMixed: the window held instances of both kinds.
+	AlignMixed Align = "mixed"
+)
+
+// SlowRank is a rank flagged by slow-rank detection (§3.1): its mean
+// entry lateness over the window exceeds the other members' mean by more
+// than K σ (leave-one-out, with a noise floor; doc.go).
+type SlowRank struct {
+	// Group is the communicator the lateness was measured on.
+	Group string `json:"group"`
+	Rank  int    `json:"rank"`
+	// MeanLateMs is the rank's mean entry lateness over the window
+	// instances; PeerMeanMs and PeerSigmaMs the other members' mean and
+	// σ of theirs (σ after the noise floor).
+	MeanLateMs  float64 `json:"mean_late_ms"`
+	PeerMeanMs  float64 `json:"peer_mean_ms"`
+	PeerSigmaMs float64 `json:"peer_sigma_ms"`
+	Z           float64 `json:"z"`
+	// Instances is how many window instances the rank was in; LastShare
+	// the share of them it entered last.
+	Instances int     `json:"instances"`
+	LastShare float64 `json:"last_share"`
+	Align     Align   `json:"align"`
+}
+
+// WaterlineFlag is one (rank, function) above the group's CPU waterline
+// (§3.1): Fraction > Mean + K·Sigma (leave-one-out, σ floored by the
+// binomial sampling noise), by at least Delta, with ≥ MinSamples samples.
+type WaterlineFlag struct {
+	Group string `json:"group"`
+	Rank  int    `json:"rank"`
+	Func  string `json:"func"`
+	// Module and Kind name the function's code beside its name.
+	Module   string  `json:"module,omitempty"`
+	Kind     string  `json:"kind"`
+	Fraction float64 `json:"fraction"`
+	Mean     float64 `json:"mean"`
+	Sigma    float64 `json:"sigma"`
+	// Z is (Fraction − Mean)/Sigma; capped at 1e6 when Sigma is 0 (a new
+	// hot path absent on every peer, judged by Delta and MinSamples).
+	Z       float64 `json:"z"`
+	Samples int64   `json:"samples"`
+	// New: the function has no sample on any other rank of the group.
+	New bool `json:"new,omitempty"`
+}
+
+// LayerName is a layer of the differential diagnosis (§3.1).
+type LayerName string
+
+const (
+	LayerGPU LayerName = "gpu"
+	LayerCPU LayerName = "cpu"
+	LayerOS  LayerName = "os"
+	// LayerInconclusive: no layer differs from the peer (Diagnosis.Layer
+	// only).
+	LayerInconclusive LayerName = "inconclusive"
+)
+
+// Finding is what one layer's comparison found.
+type Finding string
+
+const (
+	FindingDiffers     Finding = "differs"
+	FindingMatches     Finding = "matches"
+	FindingNotObserved Finding = "not_observed"
+)
+
+// Confidence of a diagnosis.
+type Confidence string
+
+const (
+	ConfidenceHigh Confidence = "high"
+	ConfidenceLow  Confidence = "low"
+)
+
+// Cause classifies a hot path or a layer's difference (cause.go).
+type Cause string
+
+const (
+	CauseGPUUniform  Cause = "gpu_uniform_slowdown" // all kernels slower: clocks, thermal, memory errors
+	CauseGPUKernel   Cause = "gpu_kernel_slowdown"  // specific kernels slower: an operator changed
+	CauseNetRX       Cause = "net_rx_softirq"       // NIC receive softirq on the rank's cores
+	CauseIRQ         Cause = "interrupts"           // other hard/soft interrupt work
+	CauseVFSLock     Cause = "vfs_dentry_lock"      // dentry spinlock contention in path walk
+	CauseKernelLock  Cause = "kernel_lock"          // other kernel spinlock contention
+	CauseForeign     Cause = "foreign_process"      // another process on the rank's cores
+	CauseStorageIO   Cause = "storage_io"           // data ingestion / storage client paths
+	CauseLogging     Cause = "logging"              // logging / serialization on training threads
+	CauseApplication Cause = "application"          // anything else in the rank's own code
+	CauseRunQueue    Cause = "run_queue"            // waiting runnable: CPU contention
+	CauseMigration   Cause = "migration"            // CPU / NUMA migrations
+	CauseSteal       Cause = "cpu_steal"            // hypervisor steal
+)
+
+// HotPath is a function whose CPU fraction is higher on the flagged rank
+// (or now) than on the peer (or the baseline), with its stack.
+type HotPath struct {
+	Func string `json:"func"`
+	// Stack: the frames from the root to Func (flame-graph order).
+	Stack []string `json:"stack"`
+	// Fraction / PeerFraction: Func's inclusive CPU fraction (under this
+	// stack) on the flagged rank and on the peer (baseline).
+	Fraction     float64 `json:"fraction"`
+	PeerFraction float64 `json:"peer_fraction"`
+	Samples      int64   `json:"samples"`
+	Cause        Cause   `json:"cause"`
+	// fracs: each Stack frame's inclusive fraction on the flagged side
+	// (for the interrupt-chain evidence; not part of the JSON).
+	fracs []float64
+}
+
+// Layer is one layer's comparison of the flagged rank with its peer.
+type Layer struct {
+	Layer   LayerName `json:"layer"`
+	Finding Finding   `json:"finding"`
+	Cause   Cause     `json:"cause,omitempty"`
+	// Evidence: short sentences with numbers.
+	Evidence []string  `json:"evidence"`
+	Paths    []HotPath `json:"paths,omitempty"`
+	// Next is the check the operator should make next.
+	Next string `json:"next,omitempty"`
+}
+
+// Diagnosis is the layered differential diagnosis of one flagged rank.
+type Diagnosis struct {
+	Rank  int    `json:"rank"`
+	Group string `json:"group"`
+	// Peer is the healthy rank compared with (-1: none available).
+	Peer int `json:"peer"`
+	// Flagged says what flagged the rank: "slow_rank", "waterline".
+	Flagged []string `json:"flagged"`
+	Layers  []Layer  `json:"layers"`
+	// Layer is the concluded layer: the first of GPU → CPU → OS that
+	// differs, or "inconclusive".
+	Layer      LayerName  `json:"layer"`
+	Cause      Cause      `json:"cause,omitempty"`
+	Confidence Confidence `json:"confidence"`
+	Summary    string     `json:"summary"`
+}
+
+// Temporal is the temporal baseline comparison (§3.1): the job's merged
+// profile now vs at baseline.
+type Temporal struct {
+	IterMs     float64 `json:"iter_ms"`
+	IterBaseMs float64 `json:"iter_base_ms"`
+	// Rise = IterMs/IterBaseMs − 1.
+	Rise       float64   `json:"rise"`
+	Ranks      int       `json:"ranks"`
+	BaseRanks  int       `json:"base_ranks"`
+	Candidates []HotPath `json:"candidates"`
+	Evidence   []string  `json:"evidence"`
+	Next       string    `json:"next,omitempty"`
+}

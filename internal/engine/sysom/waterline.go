@@ -1,0 +1,173 @@
+package sysom
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/laggard-dev/laggard/internal/signal/stack"
+)
+
+// CPU waterline (§3.1): per communication group, each function's
+// inclusive CPU fraction on each rank (samples with the function on the
+// stack / the profile's Total), its mean and σ across the group's ranks,
+// and a flag for (rank, function) above μ + Kσ.
+//
+// Two guards keep the flags to what the samples can support:
+//   - leave-one-out μ₋, σ₋ (the other ranks): with the flagged rank
+//     inside its own statistics z can never exceed sqrt(N−1), so the
+//     paper's k = 2 is blind for N ≤ 5 (doc.go);
+//   - sampling noise: a rank's fraction from T samples of a function
+//     whose true share is p has the binomial σ_b = sqrt(p(1−p)/T)
+//     (times sqrt(1 + 1/(N−1)) for the peers' mean's own noise). A
+//     group holds N·F (rank, function) tests, so the excess must also
+//     beat z_α·σ_b with z_α the one-sided normal quantile for a
+//     family-wise false-flag rate Alpha over those tests (Bonferroni),
+//     plus the absolute Delta and MinSamples. The reported Sigma is
+//     max(σ₋, σ_b·z_α/K), so Z ≥ K is the whole rule.
+
+// rankProf is one rank's prepared profile.
+type rankProf struct {
+	rank int
+	p    *stack.Profile
+	gid  []int32
+	inc  []incCount // inclusive counts by global id
+}
+
+// prepare interns every profile's functions and computes the inclusive
+// counts the waterline needs.
+func prepare(ps map[int]*stack.Profile, in *interner, sc *incScratch) map[int]*rankProf {
+	ranks := make([]int, 0, len(ps))
+	for r := range ps {
+		ranks = append(ranks, r)
+	}
+	slices.Sort(ranks)
+	out := make(map[int]*rankProf, len(ps))
+	fs := make([][]stack.Func, len(ranks))
+	for i, r := range ranks {
+		fs[i] = ps[r].Funcs
+	}
+	gids := in.tables(fs)
+	for i, r := range ranks {
+		out[r] = &rankProf{rank: r, p: ps[r], gid: gids[i]}
+	}
+	// Inclusive counts are independent per rank: spread them over the
+	// CPUs (each worker with its own scratch; results do not depend on
+	// the schedule).
+	workers := min(runtime.GOMAXPROCS(0), 8, max(len(ranks)/16, 1))
+	var wg sync.WaitGroup
+	for w := range workers {
+		s := sc
+		if w > 0 {
+			s = &incScratch{}
+		}
+		s.grow(len(in.funcs))
+		wg.Go(func() {
+			for i := w; i < len(ranks); i += workers {
+				rp := out[ranks[i]]
+				rp.inc = inclusive(rp.p, rp.gid, s)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// noiseZ is the one-sided normal quantile for a false-flag rate alpha
+// spread over m tests (never below k).
+func noiseZ(alpha float64, m int, k float64) float64 {
+	if m < 1 {
+		m = 1
+	}
+	return max(k, math.Sqrt2*math.Erfcinv(2*alpha/float64(m)))
+}
+
+// waterline flags one group's ranks. members are the group's ranks with
+// a profile of at least MinTotal samples, sorted.
+func waterline(group string, members []*rankProf, funcs []stack.Func, cfg Config) []WaterlineFlag {
+	n := len(members)
+	if n < 2 {
+		return nil
+	}
+	nf := len(funcs)
+	sum := make([]float64, nf)
+	sum2 := make([]float64, nf)
+	present := make([]int32, nf)
+	tests := 0
+	for _, m := range members {
+		t := float64(m.p.Total)
+		for _, c := range m.inc {
+			x := float64(c.n) / t
+			sum[c.fn] += x
+			sum2[c.fn] += x * x
+			present[c.fn]++
+		}
+		tests += len(m.inc)
+	}
+	zb := noiseZ(cfg.Alpha, tests, cfg.K)
+	others := float64(n - 1)
+	var out []WaterlineFlag
+	for _, m := range members {
+		t := float64(m.p.Total)
+		start := len(out)
+		for _, c := range m.inc {
+			if c.n < cfg.MinSamples {
+				continue
+			}
+			x := float64(c.n) / t
+			mu := (sum[c.fn] - x) / others
+			d := x - mu
+			if d < cfg.Delta {
+				continue
+			}
+			v := (sum2[c.fn]-x*x)/others - mu*mu
+			sd := math.Sqrt(max(v, 0))
+			p := min(max(mu, 0), 1)
+			// The difference x − μ₋ carries the rank's sampling noise
+			// and, 1/(N−1) as much, the peers' mean's.
+			sb := math.Sqrt(p * (1 - p) / t * (1 + 1/others))
+			sigma := max(sd, sb*zb/cfg.K)
+			z := 1e6
+			if sigma > 0 {
+				z = min(d/sigma, 1e6)
+			}
+			if z <= cfg.K {
+				continue
+			}
+			f := funcs[c.fn]
+			out = append(out, WaterlineFlag{Group: group, Rank: m.rank, Func: f.Name, Module: f.Module, Kind: f.Kind.String(),
+				Fraction: round(x, 5), Mean: round(mu, 5), Sigma: round(sigma, 6), Z: round(z, 2), Samples: c.n, New: present[c.fn] == 1})
+		}
+		flags := out[start:]
+		slices.SortFunc(flags, func(a, b WaterlineFlag) int {
+			return cmp.Or(cmp.Compare(b.Fraction-b.Mean, a.Fraction-a.Mean), cmp.Compare(a.Func, b.Func), cmp.Compare(a.Module, b.Module))
+		})
+		if len(flags) > cfg.MaxFlagsPerRank {
+			out = out[:start+cfg.MaxFlagsPerRank]
+		}
+	}
+	return out
+}
+
+// groupMembers returns the group's ranks with a usable profile, and a
+// note for the thin ones left out.
+func groupMembers(g Group, profs map[int]*rankProf, cfg Config) ([]*rankProf, []string) {
+	var ms []*rankProf
+	var notes []string
+	for _, r := range g.Ranks {
+		rp := profs[r]
+		if rp == nil {
+			continue
+		}
+		if rp.p.Total < cfg.MinTotal {
+			notes = append(notes, fmt.Sprintf("group %s: rank %d has %d samples (< min_total %d): left out of the CPU waterline", g.ID, r, rp.p.Total, cfg.MinTotal))
+			continue
+		}
+		ms = append(ms, rp)
+	}
+	slices.SortFunc(ms, func(a, b *rankProf) int { return cmp.Compare(a.rank, b.rank) })
+	return ms, notes
+}
