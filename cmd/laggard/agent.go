@@ -16,6 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/laggard-dev/laggard/internal/agent"
+	"github.com/laggard-dev/laggard/internal/agent/cpuprof"
+	"github.com/laggard-dev/laggard/internal/agent/osstat"
+	"github.com/laggard-dev/laggard/internal/agent/register"
 )
 
 // runAgent is the node agent: one per node beside the trainers, it drains
@@ -31,6 +34,12 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	metricsAddr := fs.String("metrics-addr", "", "serve the agent's Prometheus metrics on this address (default off)")
 	maxQueue := fs.Int("max-queue", 200_000, "calls held while the server is unreachable; the oldest beyond are dropped and counted")
 	ringUIDs := fs.String("ring-uids", "", "comma-separated uids whose ring files are trusted besides the producer's own and the agent's (set when trainers run as another uid in another PID namespace)")
+	socket := fs.String("socket", envOr(register.EnvVar, register.DefaultPath), "registration socket for training processes (their $"+register.EnvVar+"); \"\" disables it")
+	noProfile := fs.Bool("no-profile", false, "do not sample CPU stacks (SysOM-AI eBPF profiler)")
+	profileHz := fs.Int("profile-hz", 99, "CPU stack sampling frequency in Hz (10..999)")
+	profileRatio := fs.Float64("profile-ratio", 0.1, "fraction of timer ticks that collect a stack, (0, 1]")
+	profileAll := fs.Bool("profile-all", false, "keep every process's stacks, not only registered ranks' (shipped to -job as rank -1)")
+	noOSStat := fs.Bool("no-osstat", false, "do not collect OS counters (interrupts, softirqs, run-queue latency, NUMA, GPU)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	if err := parseFlags(fs, args); err != nil {
@@ -53,6 +62,15 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := checkRange("max-queue", *maxQueue, 1, 100_000_000); err != nil {
 		return err
+	}
+	if err := checkRange("profile-hz", *profileHz, 10, 999); err != nil {
+		return err
+	}
+	if !(*profileRatio > 0 && *profileRatio <= 1) {
+		return fmt.Errorf("-profile-ratio must be in (0, 1], got %v", *profileRatio)
+	}
+	if *profileAll && *job == "" {
+		return errors.New("-profile-all needs -job: unregistered processes' stacks are shipped to that job")
 	}
 	var uids []uint32
 	for _, f := range strings.Split(*ringUIDs, ",") {
@@ -86,7 +104,10 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	m := agent.NewMetrics()
 	a, err := agent.New(agent.Config{Server: *server, Token: token, ShmDir: *shmDir, DefaultJob: *job,
-		Interval: *interval, MaxQueue: *maxQueue, TrustedUIDs: uids, Log: log, Metrics: m})
+		Interval: *interval, MaxQueue: *maxQueue, TrustedUIDs: uids, Log: log, Metrics: m,
+		Socket: *socket, ProfileOn: !*noProfile, OSOn: !*noOSStat,
+		Profile: cpuprof.Config{Hz: *profileHz, Ratio: *profileRatio, AllProcesses: *profileAll},
+		OS:      osstat.Config{SchedTracepoints: true}})
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,8 @@ func TestAgentCommandShipsAndStops(t *testing.T) {
 	var stdout, stderr syncBuffer
 	done := make(chan int)
 	go func() {
-		done <- run(ctx, []string{"agent", "-server", srv.URL, "-token-file", tok, "-shm-dir", dir, "-interval", "20ms", "-metrics-addr", "127.0.0.1:0"}, &stdout, &stderr)
+		done <- run(ctx, []string{"agent", "-server", srv.URL, "-token-file", tok, "-shm-dir", dir, "-interval", "20ms", "-metrics-addr", "127.0.0.1:0",
+			"-no-profile", "-no-osstat", "-socket", ""}, &stdout, &stderr)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

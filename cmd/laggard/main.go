@@ -6,6 +6,9 @@
 //	laggard agent     node agent: ship NCCL shim records to the server
 //	laggard changepoints  change points in a step,value series (BOCD+V)
 //	laggard greyhound show a job's Greyhound report
+//	laggard sysom     show a job's SysOM-AI report
+//	laggard symbols   add ELF files to the central symbol store
+//	laggard profile   import or export CPU profiles (pprof, collapsed)
 //	laggard demo      train a real PyTorch DDP job with an injected straggler and diagnose it
 //	laggard version   print the version
 //	laggard help      show help for laggard or one command
@@ -60,6 +63,19 @@ func commands() []command {
 		{name: "greyhound", summary: "show a job's Greyhound report: iteration time, change points, group comparison, controller phase, verdict", run: runGreyhound, examples: []string{
 			"laggard greyhound -server http://127.0.0.1:7070 run42",
 			"laggard greyhound --json run42 | jq .verdict",
+		}},
+		{name: "sysom", summary: "show a job's SysOM-AI report: slow ranks, CPU waterline, layered GPU/CPU/OS diagnosis, temporal baseline", run: runSysom, examples: []string{
+			"laggard sysom -job run42                    # the latest 5 minutes against the job's first steady window",
+			"laggard sysom -job run42 -last 10m --json | jq .diagnoses",
+		}},
+		{name: "symbols", summary: "add ELF files to the central symbol store (uploaded by Build-ID, or into a local data directory)", run: runSymbols, examples: []string{
+			"laggard symbols add -server http://laggard:7070 ./trainer /usr/lib/libfoo.so",
+			"laggard symbols add -data /var/lib/laggard /usr/lib/debug/.build-id/ab/cdef.debug",
+		}},
+		{name: "profile", summary: "import an outside profile (pprof, collapsed stacks) as a rank's stacks, or export a window's profile", run: runProfile, examples: []string{
+			"laggard profile import -job run42 -rank 3 cpu.pb.gz",
+			"laggard profile import -job run42 -rank 3 -from 2025-07-01T12:00:00Z -to 2025-07-01T12:01:00Z pyspy.txt",
+			"laggard profile export -job run42 -rank 3 -o rank3.pb.gz   # go tool pprof rank3.pb.gz",
 		}},
 		{name: "token", summary: "make an API token and its line for serve -tokens", run: runToken, examples: []string{
 			"laggard token -scopes read grafana >> tokens   # a read token for dashboards (token on stderr, file line on stdout)",

@@ -17,7 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/laggard-dev/laggard/internal/agent/cpuprof"
+	"github.com/laggard-dev/laggard/internal/agent/gpu"
 	"github.com/laggard-dev/laggard/internal/agent/nccl"
+	aosstat "github.com/laggard-dev/laggard/internal/agent/osstat"
 )
 
 // Config configures an Agent.
@@ -42,6 +45,21 @@ type Config struct {
 	Executor    Executor
 	Log         *slog.Logger
 	Metrics     *Metrics
+
+	// SysOM-AI sources (ship_profile.go), each off unless enabled.
+	// Socket is the registration socket's path ("" none): training
+	// processes announce job and rank there, and stacks and OS counters
+	// are attributed through it.
+	Socket string
+	// ProfileOn runs the CPU profiler with Profile (its RankOf and Emit
+	// are the agent's); OSOn the OS collector with OS (and NVML).
+	ProfileOn bool
+	Profile   cpuprof.Config
+	OSOn      bool
+	OS        aosstat.Config
+	// MaxProfileBytes bounds the stack batches held while the server is
+	// away (default 64 MiB); the oldest go first, counted.
+	MaxProfileBytes int
 }
 
 // Agent is one node's agent.
@@ -57,6 +75,11 @@ type Agent struct {
 	valQuiet map[string]time.Time
 	wg       sync.WaitGroup
 	last     nccl.Stats
+	side     *sysomSide
+	// source constructors (tests substitute fakes)
+	newProf func(cpuprof.Config) (stackSource, error)
+	newOS   func(aosstat.Config) (osSource, error)
+	newGPU  func() (gpu.Source, error)
 }
 
 // New checks cfg and returns an Agent.
@@ -95,6 +118,10 @@ func New(cfg Config) (*Agent, error) {
 		running:  map[string]bool{},
 		valQuiet: map[string]time.Time{},
 	}
+	a.side = newSysomSide(&a.cfg, cfg.Metrics)
+	a.newProf = func(c cpuprof.Config) (stackSource, error) { return cpuprof.New(c) }
+	a.newOS = func(c aosstat.Config) (osSource, error) { return aosstat.New(c) }
+	a.newGPU = gpu.Open
 	a.ship = &Shipper{Server: cfg.Server, Token: cfg.Token, Client: cfg.Client, Log: cfg.Log, MaxQueue: cfg.MaxQueue, MaxBatch: cfg.MaxBatch, RequestTimeout: cfg.RequestTimeout, Metrics: cfg.Metrics}
 	return a, nil
 }
@@ -113,6 +140,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.col.Close()
 	a.cfg.Log.Info("agent started", "server", a.cfg.Server, "shm_dir", a.cfg.ShmDir, "interval", a.cfg.Interval)
 	var loops sync.WaitGroup
+	a.side.start(ctx, &loops, a.newProf, a.newOS, a.newGPU)
 	loops.Add(2)
 	go func() {
 		defer loops.Done()
@@ -127,6 +155,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	a.Step(fctx)
+	a.side.flush(fctx)
 	if n := a.ship.Queued(); n > 0 {
 		a.cfg.Log.Warn("agent stopped with calls unshipped", "calls", n)
 	}

@@ -350,17 +350,26 @@ func (s *Shipper) post(ctx context.Context, job string, world int, b *collective
 	if world > 0 {
 		u += "?world=" + strconv.Itoa(world)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.RequestTimeout)
+	return postBody(ctx, s.Client, s.Token, s.RequestTimeout, http.MethodPost, u, "application/x-protobuf", bytes.NewReader(body))
+}
+
+// postBody sends one request and classifies the answer: nil for 2xx,
+// *errRetry for what may succeed later (network, 429, 5xx, 401/403),
+// *errStatus for a refusal. Every shipper of the agent posts through it.
+func postBody(ctx context.Context, c *http.Client, token string, timeout time.Duration, method, u, ctype string, body io.Reader) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/x-protobuf")
-	if s.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+s.Token)
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
 	}
-	resp, err := s.Client.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return &errRetry{err: err}
 	}

@@ -73,6 +73,12 @@ type Deps struct {
 	OnReport func(*analysis.Report)
 	// OnDelete, if set, is told of every job deleted through the API.
 	OnDelete func(job string)
+	// Sysom, if set, serves SysOM-AI's report, flame graphs, profile
+	// export and OS series (sysom.go).
+	Sysom Sysom
+	// Symbols, if set, is the central symbol store agents upload
+	// binaries to by Build-ID (symbols.go); nil answers 501.
+	Symbols SymbolStore
 }
 
 // API serves the /api/v1 routes.
@@ -102,6 +108,8 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /api/v1/jobs/{id}", a.deleteJob) // admin scope (server/auth.go)
 	mux.HandleFunc("GET /api/v1/vocabulary", a.vocabulary)
 	a.registerGreyhound(mux)
+	a.registerSysom(mux)
+	a.registerStacks(mux) // stack, OS-stat and profile ingest, symbol upload (stacks.go)
 	// Unknown API paths get a JSON 404 rather than falling through to the UI.
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusNotFound, errors.New("no API route "+r.Method+" "+r.URL.Path))
@@ -157,7 +165,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, analysis.ErrNoData):
 		return http.StatusNotFound
-	case errors.Is(err, store.ErrDiskFull), errors.Is(err, store.ErrTooManyJobs):
+	case errors.Is(err, store.ErrDiskFull), errors.Is(err, store.ErrTooManyJobs), errors.Is(err, store.ErrQuota):
 		return http.StatusInsufficientStorage
 	case errors.Is(err, ingest.ErrFull):
 		return http.StatusTooManyRequests

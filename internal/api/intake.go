@@ -34,11 +34,19 @@ type CollectiveCommitter interface {
 	AppendCollectivesMany([]store.CollectiveBatch) ([]store.CollectiveAppend, error)
 }
 
+// ProfileCommitter is the optional store method set behind stack and OS
+// ingest (stacks.go); *store.Store implements it.
+type ProfileCommitter interface {
+	AppendStacksMany([]store.StackBatch) ([]store.StackAppend, error)
+	AppendOSStatsMany([]store.OSStatBatch) ([]store.StackAppend, error)
+}
+
 // Commit is the queue writer's group commit over st: each signal kind's
 // requests in one store write (vectors and collectives are separate
 // writes, each request stored entirely or not at all).
 func Commit(st Committer) ingest.Commit[*ingest.Item] {
 	cs, _ := st.(CollectiveCommitter)
+	ps, _ := st.(ProfileCommitter)
 	// stored are requests whose write succeeded in a group commit that
 	// failed as a whole (the other kind's write failed): the queue then
 	// retries the group's requests one by one, and a stored request must
@@ -50,10 +58,23 @@ func Commit(st Committer) ingest.Commit[*ingest.Item] {
 		var vb []store.Batch
 		var vreqs, creqs, done []*ingest.Item
 		var cb []store.CollectiveBatch
+		var sb []store.StackBatch
+		var ob []store.OSStatBatch
+		var sreqs, oreqs []*ingest.Item
 		mu.Lock()
 		for _, r := range reqs {
 			if stored[r.Payload] {
 				delete(stored, r.Payload)
+				continue
+			}
+			if b := r.Payload.Stacks; b != nil {
+				sb = append(sb, store.StackBatch{JobID: r.Job, Batch: b})
+				sreqs = append(sreqs, r.Payload)
+				continue
+			}
+			if b := r.Payload.OSStats; b != nil {
+				ob = append(ob, store.OSStatBatch{JobID: r.Job, Batch: b})
+				oreqs = append(oreqs, r.Payload)
 				continue
 			}
 			if c := r.Payload.Collectives; c != nil {
@@ -81,6 +102,26 @@ func Commit(st Committer) ingest.Commit[*ingest.Item] {
 					creqs[i].Stored = ingest.Stored{Records: r.Calls, Comms: r.Comms, Duplicates: r.Duplicates}
 				}
 				done = append(done, creqs...)
+			}
+			if len(sb)+len(ob) > 0 && ps == nil {
+				return errors.New("this store does not keep stacks or OS stats")
+			}
+			for _, k := range []struct {
+				reqs  []*ingest.Item
+				write func() ([]store.StackAppend, error)
+			}{{sreqs, func() ([]store.StackAppend, error) { return ps.AppendStacksMany(sb) }},
+				{oreqs, func() ([]store.StackAppend, error) { return ps.AppendOSStatsMany(ob) }}} {
+				if len(k.reqs) == 0 {
+					continue
+				}
+				res, err := k.write()
+				if err != nil {
+					return err
+				}
+				for i, r := range res {
+					k.reqs[i].Stored = ingest.Stored{Records: r.Records, Samples: r.Samples, Duplicates: r.Duplicates}
+				}
+				done = append(done, k.reqs...)
 			}
 			if len(vb) > 0 {
 				if err := st.AppendMany(vb); err != nil {

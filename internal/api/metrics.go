@@ -36,6 +36,7 @@ type Metrics struct {
 	rejected               *prometheus.CounterVec // by reason
 	reportSeconds          prometheus.Histogram
 	shedLog                shedLog
+	stacks                 stackMetrics // SysOM-AI ingest (stacks.go)
 }
 
 // NewMetrics registers the API metrics on reg.
@@ -60,6 +61,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	if err := m.stacks.register(reg); err != nil {
+		return nil, err
+	}
 	// Pre-create every reason so rate() works before the first rejection.
 	for _, r := range []string{reasonInvalid, reasonTooLarge, reasonMediaType, reasonUnknownJob, reasonConflict, reasonQueueFull, reasonShutdown, reasonStoreError, reasonDiskFull} {
 		m.rejected.WithLabelValues(r)
@@ -73,6 +77,7 @@ func (m *Metrics) ForgetJob(job string) {
 	for _, c := range []*prometheus.CounterVec{m.vectors, m.values, m.bytes, m.calls} {
 		c.DeletePartialMatch(prometheus.Labels{"job": job})
 	}
+	m.stacks.forget(job)
 }
 
 func (m *Metrics) countStored(job, encoding string, vs []stagevec.Vector, bytes int64) {

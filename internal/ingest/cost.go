@@ -4,6 +4,8 @@ import (
 	"unsafe"
 
 	"github.com/laggard-dev/laggard/internal/signal/collective"
+	"github.com/laggard-dev/laggard/internal/signal/osstat"
+	"github.com/laggard-dev/laggard/internal/signal/stack"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
@@ -36,6 +38,12 @@ func Cost(payload any) int64 {
 		}
 		if p.Collectives != nil {
 			return CollectivesCost(p.Collectives)
+		}
+		if p.Stacks != nil {
+			return StacksCost(p.Stacks)
+		}
+		if p.OSStats != nil {
+			return OSStatsCost(p.OSStats)
 		}
 		return VectorsCost(p.Vectors)
 	case string: // tests
@@ -71,3 +79,37 @@ func CollectivesCost(b *collective.Batch) int64 {
 	}
 	return n
 }
+
+// StacksCost is Cost for a stack batch: samples, frames, mappings and
+// the strings they hold (decoders share interned names, so this
+// overcounts a protobuf batch's strings; a bound, not an estimate).
+func StacksCost(b *stack.Batch) int64 {
+	n := int64(cap(b.Samples))*sampleSize + int64(cap(b.Mappings))*mappingSize + int64(len(b.Node))
+	for i := range b.Samples {
+		s := &b.Samples[i]
+		n += int64(cap(s.Frames))*frameSize + int64(len(s.Comm)+len(s.Thread))
+		for j := range s.Frames {
+			n += int64(len(s.Frames[j].Func) + len(s.Frames[j].File))
+		}
+	}
+	for i := range b.Mappings {
+		n += int64(len(b.Mappings[i].BuildID) + len(b.Mappings[i].Path))
+	}
+	return n
+}
+
+// OSStatsCost is Cost for an OS batch.
+func OSStatsCost(b *osstat.Batch) int64 {
+	n := int64(cap(b.Points))*pointSize + int64(len(b.Node))
+	for i := range b.Absent {
+		n += int64(len(b.Absent[i].Source)+len(b.Absent[i].Reason)) + 32
+	}
+	return n
+}
+
+var (
+	sampleSize  = int64(unsafe.Sizeof(stack.Sample{}))
+	frameSize   = int64(unsafe.Sizeof(stack.Frame{}))
+	mappingSize = int64(unsafe.Sizeof(stack.Mapping{}))
+	pointSize   = int64(unsafe.Sizeof(osstat.Point{}))
+)

@@ -2,6 +2,8 @@ package ingest
 
 import (
 	"github.com/laggard-dev/laggard/internal/signal/collective"
+	"github.com/laggard-dev/laggard/internal/signal/osstat"
+	"github.com/laggard-dev/laggard/internal/signal/stack"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
@@ -14,6 +16,8 @@ type Item struct {
 	// Exactly one is set.
 	Vectors     []stagevec.Vector
 	Collectives *collective.Batch
+	Stacks      *stack.Batch  // one node window's CPU stacks (SysOM-AI)
+	OSStats     *osstat.Batch // one node window's OS points (SysOM-AI)
 
 	// Stored is what the commit reported for this request; the commit
 	// sets it before the request is acknowledged, so read it only after
@@ -26,12 +30,21 @@ type Item struct {
 // resent batch).
 type Stored struct {
 	Records, Comms, Duplicates int
+	// Samples are the stack samples (or OS points) in the new records of
+	// a stack (OS) request; Records counts its records.
+	Samples int
 }
 
 // Records is the number of records the item holds (the queue's Items).
 func (it *Item) Records() int {
 	if it.Collectives != nil {
 		return len(it.Collectives.Calls) + len(it.Collectives.Comms)
+	}
+	if it.Stacks != nil {
+		return len(it.Stacks.Samples)
+	}
+	if it.OSStats != nil {
+		return len(it.OSStats.Points)
 	}
 	return len(it.Vectors)
 }

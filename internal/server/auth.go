@@ -45,6 +45,10 @@ const (
 	// needIngestJob needs ingest for the route's {id}.
 	needIngestJob
 	needAdmin
+	// needIngestAny needs an ingest scope for any job: symbol uploads are
+	// keyed by Build-ID, verified against the ELF and shared by every job
+	// (SysOM-AI §3.4), so any agent's token may send them.
+	needIngestAny
 )
 
 // routeAccess is what each route pattern needs. A route added to the mux
@@ -63,7 +67,17 @@ var routeAccess = map[string]access{
 	"GET /api/v1/jobs/{id}/export":                    needRead,
 	"GET /api/v1/vocabulary":                          needRead,
 	"GET /api/v1/jobs/{id}/greyhound":                 needRead,
+	"GET /api/v1/jobs/{id}/sysom":                     needRead,
+	"GET /api/v1/jobs/{id}/flamegraph":                needRead,
+	"GET /api/v1/jobs/{id}/flamegraph/diff":           needRead,
+	"GET /api/v1/jobs/{id}/profile":                   needRead,
+	"GET /api/v1/jobs/{id}/osstats":                   needRead,
 	"POST /api/v1/jobs/{id}/greyhound/validate":       needIngestJob, // admin implies it
+	"POST /api/v1/jobs/{id}/stacks":                   needIngestJob,
+	"POST /api/v1/jobs/{id}/osstats":                  needIngestJob,
+	"POST /api/v1/jobs/{id}/profiles":                 needIngestJob,
+	"HEAD /api/v1/symbols/{buildid}":                  needIngestAny,
+	"POST /api/v1/symbols/{buildid}":                  needIngestAny,
 	"GET /api/v1/jobs/{id}/validation":                needIngestJob,
 	"POST /api/v1/jobs/{id}/validation/{vid}/results": needIngestJob,
 	"DELETE /api/v1/jobs/{id}":                        needAdmin,
@@ -110,6 +124,8 @@ func (s *Server) routeNeed(pattern string, r *http.Request) (access, auth.Need) 
 		return a, auth.Need{Kind: auth.Read}
 	case needIngestJob:
 		return a, auth.Need{Kind: auth.Ingest, Job: pathValue(pattern, r, "id")}
+	case needIngestAny:
+		return a, auth.Need{Kind: auth.Ingest}
 	case needAdmin:
 		return a, auth.Need{Kind: auth.Admin}
 	}
@@ -183,7 +199,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, pattern strin
 		s.refuse(w, r, http.StatusUnauthorized, msg, "reason", reason)
 		return false
 	}
-	if a == anyToken || p.Allows(need) {
+	if a == anyToken || p.Allows(need) || (a == needIngestAny && hasIngest(p)) {
 		return true
 	}
 	s.am.failures.WithLabelValues("scope").Inc()
@@ -208,4 +224,14 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: msg}) // a failed write means the client left
+}
+
+// hasIngest reports whether p may ingest for some job (needIngestAny).
+func hasIngest(p *auth.Principal) bool {
+	for _, sc := range p.Scopes {
+		if sc.Kind == auth.Ingest || sc.Kind == auth.Admin {
+			return true
+		}
+	}
+	return false
 }

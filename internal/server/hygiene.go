@@ -79,6 +79,11 @@ var bodyTypes = map[string]bool{
 	"application/x-protobuf":          true,
 	"application/protobuf":            true,
 	"application/vnd.google.protobuf": true,
+	// Symbol file parts and outside profiles (SysOM-AI): neither is a
+	// CORS-safelisted type, so a cross-site page cannot send them
+	// without a preflight this server never answers.
+	"application/octet-stream": true,
+	"text/x-collapsed":         true,
 }
 
 // bodyTypeOK checks a state-changing request's body type. Only JSON and

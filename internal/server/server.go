@@ -23,6 +23,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/ingest"
 	"github.com/laggard-dev/laggard/internal/store"
+	"github.com/laggard-dev/laggard/internal/symbolize"
 )
 
 // Config configures a Server. Zero fields take the defaults below.
@@ -71,6 +72,10 @@ type Config struct {
 	HTTP HTTPOptions
 	// Lifecycle is retention and the background compactor (lifecycle.go).
 	Lifecycle LifecycleConfig
+	// Symbols is the central symbol store agents upload binaries to
+	// (HEAD/POST /api/v1/symbols/{buildid}), e.g. symbolize.OpenStore of
+	// <data dir>/symbols; nil answers those routes 501.
+	Symbols api.SymbolStore
 }
 
 func (c *Config) setDefaults() {
@@ -121,6 +126,8 @@ type Server struct {
 	handler    http.Handler
 	life       *lifecycle // nil when the store has no lifecycle (lifecycle.go)
 	apiMetrics *api.Metrics
+	sysom      *analysis.Sysom     // nil without a stack keyspace or symbol store (sysom.go)
+	resolver   *symbolize.Resolver // names the stacks sysom reads
 
 	mu        sync.Mutex
 	addr      net.Addr
@@ -197,6 +204,10 @@ func New(cfg Config, st Store) (*Server, error) {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
+	if err := s.startSysom(&cfg, st); err != nil {
+		s.vectors.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	var ghAPI api.Greyhound
 	if s.greyhound != nil {
 		ghAPI = s.greyhound
@@ -204,7 +215,7 @@ func New(cfg Config, st Store) (*Server, error) {
 	mux := http.NewServeMux()
 	colls, _ := st.(api.CollectiveReader) // optional: test stores may lack it
 	api.New(api.Deps{Catalog: cat, Reader: st, Vectors: s.vectors, Collectives: colls, Gate: gate, Reporter: s.analyzer, Diagnoses: s.detector, Greyhound: ghAPI,
-		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, OnDelete: s.onDelete}).Register(mux)
+		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, OnDelete: s.onDelete, Symbols: cfg.Symbols, Sysom: s.sysomAPI()}).Register(mux)
 	// Routes outside api.Register declare what they need with s.handle
 	// (api.Register's routes are listed in routeAccess).
 	s.handle(mux, "GET /metrics", needRead, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
@@ -334,7 +345,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // is committed and acknowledged. Later ingest requests get 503. It does
 // not close the store.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() { s.stopLifecycle(); s.vectors.Close() })
+	s.closeOnce.Do(func() { s.stopLifecycle(); s.vectors.Close(); s.closeSysom() })
 	return nil
 }
 

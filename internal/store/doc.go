@@ -13,6 +13,9 @@
 //	h/<job>\x00<rank uint32><comm uint32>            → highest stored seq, 8 bytes
 //	x/<job>                                         → CollectiveStats, 32 bytes
 //	g/<job>\x00s | p<seq u32> | r<seq u32><rank u32> → Greyhound controller state, plan, result (greyhound.go)
+//	k/<job>\x00<start_ns u64><rank+1 u32><id u64>     → one rank's stacks of one node window (stack.go)
+//	o/<job>\x00<start_ns u64><id u64>                → one node window's OS points (stack.go)
+//	y/<job>                                         → ProfileStats, 64 bytes
 //
 // The collective keyspace (collective.go, collective_codec.go; byte layout
 // in docs/format/collective.md) keeps each rank's calls in enter order, so

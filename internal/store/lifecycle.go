@@ -69,6 +69,8 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	// The Greyhound controller's keyspace goes in the same batch: a state
 	// left behind would be adopted by a job registered again under id.
 	ranges := append(append([][2][]byte{{lo, hi}}, coll...), gh)
+	prof := profRanges(id) // stacks and OS stats (stack.go)
+	ranges = append(ranges, prof...)
 	// Reclaim compacts the collective and Greyhound ranges only when the
 	// job has some: every collective write writes its x/ key, every
 	// Greyhound write its state key.
@@ -80,6 +82,10 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	if _, closer, err := s.db.Get(ghKey(id, ghState, 0, 0)); err == nil {
 		closer.Close()
 		compact = append(compact, gh)
+	}
+	if _, closer, err := s.db.Get(profStatsKey(id)); err == nil { // every stack/OS write writes y/<job>
+		closer.Close()
+		compact = append(compact, prof...)
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -94,6 +100,9 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	}
 	if err == nil {
 		err = b.Delete(collStatsKey(id), nil)
+	}
+	if err == nil {
+		err = b.Delete(profStatsKey(id), nil)
 	}
 	if err == nil {
 		err = b.Delete(jobKey(id), nil)
@@ -113,6 +122,7 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	s.mu.Unlock()
 	delete(s.tails, id)
 	s.forgetCollectives(id)
+	s.forgetProfiles(id)
 	s.delMu.Lock()
 	s.deleted = append(s.deleted, compact...)
 	s.delMu.Unlock()
@@ -243,7 +253,7 @@ func (s *Store) JobDiskBytes(id string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, r := range append(collRanges(id), [2][]byte{ghPrefix(id), ghPrefixEnd(id)}) {
+	for _, r := range append(append(collRanges(id), [2][]byte{ghPrefix(id), ghPrefixEnd(id)}), profRanges(id)...) {
 		m, err := s.db.EstimateDiskUsage(r[0], r[1])
 		if err != nil {
 			return 0, err

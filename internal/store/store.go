@@ -58,6 +58,11 @@ type Options struct {
 	MaxJobs      int
 	MaxJobBytes  int
 	MaxMetaBytes int64
+
+	// MaxJobProfileBytes bounds one job's stored stacks and OS stats
+	// (default DefaultMaxJobProfileBytes); past it writes fail with
+	// ErrQuota.
+	MaxJobProfileBytes int64
 }
 
 // ErrTooManyJobs is returned (wrapped, naming the limit) when registering
@@ -110,6 +115,7 @@ type Store struct {
 	tails map[string]*tail // guarded by wmu; rebuilt lazily after Open
 
 	coll collectives // the collective keyspace's per-job index (collective.go)
+	prof profIndex   // the stack and OS-stat keyspaces' per-job stats (stack.go)
 }
 
 // Open opens (creating if needed) the store in dir and loads jobs and

@@ -6,7 +6,11 @@
 // ranks, and the evidence details. Beside it, the collective analysis
 // (Greyhound, greyhound.js): iteration time with change points and the
 // controller's phases, its verdict, group comparison, entry lateness and
-// validation results.
+// validation results. Below, the CPU profiles (SysOM-AI, sysom.js): the
+// layered diagnosis report, flame graphs per rank or group and
+// differential ones (flame.js, flamediff.js, drawn by the d3-flame-graph
+// component vendored under static/vendor/) and the OS signal panels
+// (osstat.js).
 //
 // The page is plain HTML/CSS and ES modules (static/js/, one per view),
 // embedded with go:embed — no build step, no CDN — and talks only to the

@@ -168,6 +168,27 @@ class CPUHog:
         self.procs = []
 
 
+def parse_pin_map(spec):
+    """--pin-map "0:0,1:0,2:1,3:0" → {rank: core}."""
+    out = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        r, _, c = part.partition(":")
+        out[int(r)] = int(c)
+    return out
+
+
+def log_tensor_stats(f, model, step, values):
+    """The logging fault (SysOM-AI §5.4 case 4): a DEBUG-level log line per
+    parameter per step with its statistics and leading values, serialized
+    on the training thread — every rank slows down alike."""
+    for name, p in model.named_parameters():
+        t = p.detach().flatten()
+        rec = {"step": step, "param": name, "mean": float(t.mean()), "std": float(t.std()) if t.numel() > 1 else 0.0,
+               "values": t[:values].tolist()}
+        f.write(json.dumps(rec) + "\n")
+    f.flush()
+
+
 def worker(rank, args, port, phases):
     import torch
     import torch.distributed as dist
@@ -175,9 +196,15 @@ def worker(rank, args, port, phases):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
-    if args.pin and hasattr(os, "sched_setaffinity"):
+    pin_map = parse_pin_map(args.pin_map)
+    if rank in pin_map and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {pin_map[rank]})
+    elif args.pin and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[rank % len(cores)]})
+    verbose_log = None
+    if args.verbose_log_from >= 0:
+        verbose_log = open(args.verbose_log_out.replace("{rank}", str(rank)), "w")
     hog = None
     if rank == args.hog_rank and args.hog_from >= 0:
         hog = CPUHog(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}, args.hog_procs)
@@ -251,6 +278,8 @@ def worker(rank, args, port, phases):
                             time.sleep(delay_s)
                         if on and fault == "callback_sync":
                             dist.barrier()
+                        if verbose_log is not None and in_window(step, args.verbose_log_from, args.verbose_log_until):
+                            log_tensor_stats(verbose_log, model, step, args.verbose_log_values)
                     with perf.stage("optim.step_cpu_wall"):
                         opt.step()
                         opt.zero_grad(set_to_none=True)
@@ -287,6 +316,8 @@ def worker(rank, args, port, phases):
             hog.stop()
         if truth is not None:
             truth.close()
+        if verbose_log is not None:
+            verbose_log.close()
         dist.destroy_process_group()
 
 
@@ -325,6 +356,11 @@ def main(argv=None):
     ap.add_argument("--hog-from", type=int, default=-1, help="first hogged step")
     ap.add_argument("--hog-until", type=int, default=-1, help="first step after the hog (-1: to the end)")
     ap.add_argument("--hog-procs", type=int, default=1, help="busy processes in the hog")
+    ap.add_argument("--pin-map", default="", help='per-rank cores, e.g. "0:0,1:0,2:1,3:0" (wins over --pin)')
+    ap.add_argument("--verbose-log-from", type=int, default=-1, help="first step of the heavy per-step logging fault (all ranks)")
+    ap.add_argument("--verbose-log-until", type=int, default=-1, help="first step after it (-1: to the end)")
+    ap.add_argument("--verbose-log-values", type=int, default=2048, help="leading values logged per parameter per step")
+    ap.add_argument("--verbose-log-out", default="/tmp/laggard-demo-debug-rank{rank}.log", help="where the fault logs ({rank} substituted)")
     ap.add_argument("--sleep-rank", type=int, default=-1, help="rank that sleeps in its forward stage")
     ap.add_argument("--sleep-ms", type=float, default=0.0)
     ap.add_argument("--sleep-from", type=int, default=-1)

@@ -21,6 +21,7 @@ from .schema import (DEFAULT_STAGES, PROBE_FORWARD_CUDA, SHORT_NAMES, STAGE_BACK
                      STAGE_FORWARD, STAGE_OPTIM, STAGE_OTHER, default_schema, normalize_schema, order_hash)
 from .sinks import FileSink, HTTPSink, ShipError, merge_stage_files
 from . import collectives, validation  # noqa: F401,E402 - laggard.collectives.Capture, laggard.validation.Validator
+from . import agent_socket  # noqa: E402 - node-agent registration (LAGGARD_AGENT_SOCKET)
 
 __version__ = "0.2.0"
 
@@ -56,7 +57,7 @@ def init(**overrides):
         job = overrides.get("job") or ec.get("job")
         return NullPerf(job=job)
     try:
-        return Perf(**overrides)
+        return Perf(**overrides)  # announces itself to the node agent when LAGGARD_AGENT_SOCKET is set
     except (TypeError, ValueError):
         raise
     except Exception as e:  # pragma: no cover - defensive

@@ -42,6 +42,7 @@ ENV_VARS = {
     "LAGGARD_LOG_LEVEL": "level of the 'laggard' logger: debug|info|warning|error|critical",
     "LAGGARD_COLLECTIVES": "1 captures torch.distributed collective calls (laggard.collectives); default off",
     "LAGGARD_VALIDATION": "1 takes part in Greyhound validation plans (laggard.validation); default off",
+    "LAGGARD_AGENT_SOCKET": "node agent socket path; laggard.init() announces pid/job/rank there (agent_socket)",
 }
 
 _warned = set()

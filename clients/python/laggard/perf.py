@@ -385,6 +385,11 @@ class Perf:
             except Exception:
                 pass
         atexit.register(self._atexit)
+        # LAGGARD_AGENT_SOCKET set: tell the node agent which job and rank
+        # this process is, so its CPU stacks and OS counters are attributed
+        # (SysOM-AI §4). A daemon thread; never raises into training.
+        from . import agent_socket
+        agent_socket.announce_perf(self)
 
     # --- public API ------------------------------------------------------
     def step(self, step=None):

@@ -388,7 +388,8 @@ func clipMsg(s string) string {
 // token below one is an index ("vectors[3]"), anywhere else a map key
 // (stages_ms, probes, labels).
 var arrayFields = map[string]bool{"vectors": true, "durations_ms": true, "ranks": true, "stages": true, "groups": true,
-	"calls": true, "comms": true}
+	"calls": true, "comms": true,
+	"samples": true, "frames": true, "mappings": true, "points": true, "absent": true}
 
 // pathOf turns a JSON Pointer (/vectors/3/stages_ms/forward) into the
 // field path errors use (vectors[3].stages_ms.forward), each name

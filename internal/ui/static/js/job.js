@@ -14,6 +14,7 @@ import { profilerCard } from './profiler.js';
 import { detailsCard } from './labels.js';
 import { groupSelector } from './groups.js';
 import { loadGreyhound, greyhoundView } from './greyhound.js';
+import { loadSysom, sysomView } from './sysom.js';
 
 // loadJob fetches what the page shows. With a role group selected the
 // report is asked for that group alone (its own time axis, window and
@@ -32,19 +33,21 @@ export async function loadJob(route, signal, fresh) {
   const rep = cachedJSON(reportPath(id, q), signal, fresh);
   const all = route.params.has('group') ? cachedJSON(reportPath(id, reportQuery(route.params, ['group'])), signal, fresh) : rep;
   const gh = loadGreyhound(id, signal, fresh); // never rejects
+  const sy = loadSysom(id, route.params, signal, fresh); // never rejects
   let r;
   let a;
   try {
     [r, a] = await Promise.all([rep, all]);
   } catch (e) {
     job.catch(() => {}); // an abort rejects it too; this error is reported
-    const g = await gh;
-    if (e.name === 'AbortError' || e.status !== 404 || !g.report) throw e;
+    const [g, s] = await Promise.all([gh, sy]);
+    // CPU profiles alone (agent-only job) also make a page.
+    if (e.name === 'AbortError' || e.status !== 404 || (!g.report && (!s || s.missing || s.aborted))) throw e;
     const [j, js] = await Promise.all([job, jobs]);
-    return { rep: null, all: null, repError: e, job: j, jobs: js, gh: g };
+    return { rep: null, all: null, repError: e, job: j, jobs: js, gh: g, sy: s };
   }
-  const [j, js, g] = await Promise.all([job, jobs, gh]);
-  return { rep: r, all: a, job: j, jobs: js, gh: g };
+  const [j, js, g, s] = await Promise.all([job, jobs, gh, sy]);
+  return { rep: r, all: a, job: j, jobs: js, gh: g, sy: s };
 }
 
 // shownGroup is the role group the page shows: the selected one, else the
@@ -66,6 +69,7 @@ export function renderJob(main, route, model, view) {
       el('section', { class: 'card empty no-stage' }, 'No stage-vector report: ', (model.repError && model.repError.message) || 'no data',
         '. The collective analysis below needs no stage vectors.'), ghv.node);
     ghv.draw();
+    mountSysom(main, model);
     return;
   }
   const g = shownGroup(model, p);
@@ -73,6 +77,7 @@ export function renderJob(main, route, model, view) {
     const ghv = greyhoundView(model.gh, { hasStage: false });
     main.replaceChildren(jobHead(route, model, view), el('section', { class: 'card empty' }, 'The report has no role group with data in this window.'), ghv.node);
     ghv.draw();
+    mountSysom(main, model);
     return;
   }
   const sr = g.report;
@@ -138,8 +143,18 @@ export function renderJob(main, route, model, view) {
   }
   drawHeatmap(heat, sr, opts);
   ghv.draw();
+  mountSysom(main, model);
   const rv = main.querySelector('#rank-view');
   if (rv && view.scrollToRank) rv.scrollIntoView({ block: 'nearest' });
+}
+
+// mountSysom appends the CPU-profile section (sysom.js) after the rest is
+// laid out: its charts size themselves to the page.
+function mountSysom(main, model) {
+  const v = sysomView(model.sy, { job: model.job });
+  if (!v.node) return;
+  main.append(v.node);
+  v.draw();
 }
 
 // jobHead is the title and the window / reference controls: the keyboard

@@ -1,0 +1,54 @@
+package laggardv1
+
+import (
+	"bytes"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/laggard-dev/laggard/internal/signal/osstat"
+)
+
+// MaxBatchAbsent bounds the absent sources of one OS batch (there are a
+// dozen sources; a node lists each at most once per device).
+const MaxBatchAbsent = 1 << 10
+
+// UnmarshalJSONOSStats decodes an osstat.Batch with the API's strict
+// rules, caps points and absences before allocating them, and validates
+// it. An omitted point "rank" or "cpu" means -1 (not a rank's / not a
+// CPU's), never rank or CPU 0. Errors name the record: points[2].value.
+func UnmarshalJSONOSStats(b []byte) (*osstat.Batch, error) {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
+	var out osstat.Batch
+	err := walkObject(dec, func(name string) error {
+		var err error
+		switch name {
+		case "points":
+			out.Points, err = decodeArray(dec, "points", osstat.MaxPoints, func(p *osstat.Point) { p.Rank, p.CPU = -1, -1 })
+			return err
+		case "absent":
+			out.Absent, err = decodeArray[osstat.Absence](dec, "absent", MaxBatchAbsent, nil)
+			return err
+		case "node":
+			return scalar(dec, &out.Node)
+		case "start_ns":
+			return scalar(dec, &out.StartNS)
+		case "end_ns":
+			return scalar(dec, &out.EndNS)
+		}
+		return unknownMember(dec)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := expectEOF(dec); err != nil {
+		return nil, err
+	}
+	if err := out.Validate(); err != nil {
+		return nil, prefix("", err)
+	}
+	return &out, nil
+}
+
+// MarshalJSONOSStats encodes b as UnmarshalJSONOSStats reads it.
+func MarshalJSONOSStats(b *osstat.Batch) ([]byte, error) { return json.Marshal(b) }
