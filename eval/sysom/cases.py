@@ -172,11 +172,12 @@ while True:
 """
 
 
-def inject(case, fault_rank, cores, closer, work, log):
+def inject(case, fault_rank, cores, closer, work, log, hogs=1):
     core = cores[-1]
     if case == "hog":
-        p = spawn(["taskset", "-c", str(core), PY, "-c", "while True: pass"], log)
-        closer.add(lambda: kill(p))
+        for _ in range(hogs):
+            p = spawn(["taskset", "-c", str(core), PY, "-c", "while True: pass"], log)
+            closer.add(lambda p=p: kill(p))
     elif case == "softirq":
         for p in netns_flood(core, cores[0], closer, log):
             closer.add(lambda p=p: kill(p))
@@ -256,15 +257,18 @@ def run_case(args, exe, case, seed):
         job = "sysom-%s-%d-%d" % (case, seed, int(time.time()))
         env = dict(os.environ, LAGGARD_AGENT_SOCKET=sock, LAGGARD_COLLECTIVES="1")
         cmd = [PY, DEMO, "--world", str(args.world), "--steps", str(args.steps), "--server", url, "--job", job,
+               "--device-ms", str(args.device_ms),
                "--seed", str(seed), "--pin-map", pin, "--log-every", "50", "--warmup", "0",
                "--truth-out", os.path.join(work, "truth{rank}.jsonl")]
+        flag = os.path.join(work, "logging-fault-on")
         if case == "logging":
-            cmd += ["--verbose-log-from", str(args.inject_step), "--verbose-log-values", str(args.log_values),
+            cmd += ["--verbose-log-flag", flag, "--verbose-log-values", str(args.log_values),
                     "--verbose-log-out", os.path.join(work, "debug{rank}.log")]
         demo = spawn(cmd, open(os.path.join(work, "demo.log"), "w"), env=env)
         closer.add(lambda: kill(demo))
-        # Inject once rank 0 reaches the injection step (the truth file says).
-        t_inj = None
+        # Inject --inject-after s after rank 0's first step (the truth file
+        # says), so a baseline as long as the report window precedes it.
+        t_inj = t_first = None
         truth0 = os.path.join(work, "truth0.jsonl")
         deadline = time.time() + args.timeout
         first = None
@@ -272,23 +276,24 @@ def run_case(args, exe, case, seed):
         while time.time() < deadline and demo.poll() is None:
             time.sleep(1)
             if t_inj is None:
-                try:
-                    with open(truth0) as f:
-                        n = sum(1 for _ in f)
-                except FileNotFoundError:
-                    n = 0
-                if n >= args.inject_step:
+                if t_first is None and os.path.exists(truth0) and os.path.getsize(truth0) > 0:
+                    t_first = time.time()
+                if t_first is not None and time.time() - t_first >= args.inject_after:
                     t_inj = time.time()
-                    inject(case, fault_rank, cores, closer, work, log)
+                    if case == "logging":
+                        open(flag, "w").close()
+                    inject(case, fault_rank, cores, closer, work, log, args.hogs)
                     row["inject_ns"] = int(t_inj * 1e9)
                 continue
             now = time.time()
             if now - t_inj < args.min_wait:
                 continue
-            q = "/api/v1/jobs/%s/sysom?from_ns=%d&to_ns=%d" % (job, int((now - args.window) * 1e9), int(now * 1e9))
-            if case == "logging":
-                # The temporal baseline: the same-length window before the injection.
-                q += "&base_from_ns=%d&base_to_ns=%d" % (int((t_inj - args.window - 5) * 1e9), int((t_inj - 5) * 1e9))
+            # The report covers what happened since the injection (what an
+            # operator asks right after an alert), at most --window s; the
+            # baseline is an equally long stretch ending before it.
+            span = min(args.window, now - t_inj)
+            q = "/api/v1/jobs/%s/sysom?from_ns=%d&to_ns=%d&base_from_ns=%d&base_to_ns=%d" % (
+                job, int((now - span) * 1e9), int(now * 1e9), int((t_inj - 2 - span) * 1e9), int((t_inj - 2) * 1e9))
             try:
                 _, body = http(url + q, timeout=20)
             except urllib.error.HTTPError as e:
@@ -326,9 +331,11 @@ def main():
     ap.add_argument("--case", default="all", help="hog, softirq, vfs, logging or all")
     ap.add_argument("--seeds", default="1", help="comma-separated seeds (the fault rank is seed %% world)")
     ap.add_argument("--world", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=4000, help="demo steps (the case stops earlier once diagnosed)")
-    ap.add_argument("--inject-step", type=int, default=300, help="rank 0's step at which the fault starts")
-    ap.add_argument("--window", type=float, default=20.0, help="seconds of data each report covers")
+    ap.add_argument("--steps", type=int, default=100000, help="demo steps (the case stops earlier once diagnosed)")
+    ap.add_argument("--inject-after", type=float, default=75.0, help="seconds after rank 0's first step the fault starts")
+    ap.add_argument("--window", type=float, default=60.0, help="longest stretch since the injection a report covers (s)")
+    ap.add_argument("--device-ms", type=float, default=30.0, help="demo's GPU stand-in sleep per step (ranks not CPU-bound)")
+    ap.add_argument("--hogs", type=int, default=1, help="busy processes in the hog case")
     ap.add_argument("--min-wait", type=float, default=5.0, help="first report this long after injection")
     ap.add_argument("--timeout", type=float, default=240.0)
     ap.add_argument("--hz", type=int, default=99)

@@ -203,7 +203,8 @@ def worker(rank, args, port, phases):
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[rank % len(cores)]})
     verbose_log = None
-    if args.verbose_log_from >= 0:
+    verbose_on = [False]  # latched once the flag file appears (checked every 10 steps)
+    if args.verbose_log_from >= 0 or args.verbose_log_flag:
         verbose_log = open(args.verbose_log_out.replace("{rank}", str(rank)), "w")
     hog = None
     if rank == args.hog_rank and args.hog_from >= 0:
@@ -266,6 +267,8 @@ def worker(rank, args, port, phases):
                                 time.sleep(delay_s)
                             if sleep_s:
                                 time.sleep(sleep_s)
+                            if args.device_ms:
+                                time.sleep(args.device_ms / 1000.0)  # stand-in for waiting on the GPU
                             loss = loss_fn(model(x), y)
                     with perf.stage("model.backward_cpu_wall"):
                         if inject and fault == "backward":
@@ -278,7 +281,10 @@ def worker(rank, args, port, phases):
                             time.sleep(delay_s)
                         if on and fault == "callback_sync":
                             dist.barrier()
-                        if verbose_log is not None and in_window(step, args.verbose_log_from, args.verbose_log_until):
+                        if verbose_log is not None and args.verbose_log_flag and not verbose_on[0] and step % 10 == 0:
+                            verbose_on[0] = os.path.exists(args.verbose_log_flag)
+                        if verbose_log is not None and (verbose_on[0] or in_window(step, args.verbose_log_from,
+                                                                                   args.verbose_log_until)):
                             log_tensor_stats(verbose_log, model, step, args.verbose_log_values)
                     with perf.stage("optim.step_cpu_wall"):
                         opt.step()
@@ -356,8 +362,12 @@ def main(argv=None):
     ap.add_argument("--hog-from", type=int, default=-1, help="first hogged step")
     ap.add_argument("--hog-until", type=int, default=-1, help="first step after the hog (-1: to the end)")
     ap.add_argument("--hog-procs", type=int, default=1, help="busy processes in the hog")
+    ap.add_argument("--device-ms", type=float, default=0.0,
+                    help="every rank sleeps this long in its forward stage: a stand-in for waiting on GPU kernels, "
+                         "so ranks are not CPU-bound (an OS-interference case then slows only the disturbed rank)")
     ap.add_argument("--pin-map", default="", help='per-rank cores, e.g. "0:0,1:0,2:1,3:0" (wins over --pin)')
     ap.add_argument("--verbose-log-from", type=int, default=-1, help="first step of the heavy per-step logging fault (all ranks)")
+    ap.add_argument("--verbose-log-flag", default="", help="the logging fault starts (on all ranks) once this file exists")
     ap.add_argument("--verbose-log-until", type=int, default=-1, help="first step after it (-1: to the end)")
     ap.add_argument("--verbose-log-values", type=int, default=2048, help="leading values logged per parameter per step")
     ap.add_argument("--verbose-log-out", default="/tmp/laggard-demo-debug-rank{rank}.log", help="where the fault logs ({rank} substituted)")

@@ -71,10 +71,10 @@ const (
 	defaultInterval  = 5 * time.Second
 	defaultMaxStacks = 16384
 	// rowCapacity bounds the unwind rows held in BPF (16 bytes each).
-	rowCapacity   = 1 << 20
+	rowCapacity   = 1 << 22
 	maxFiles      = 4096
 	maxProcs      = 1024
-	maxMaps       = 256
+	maxMaps       = 1024
 	maxPyFrames   = 32
 	maxUserFrames = 64
 	// Table compilation per scan (§4: ~200 ms per binary at startup):

@@ -57,7 +57,7 @@ type cpuprofProc struct {
 	_   structs.HostLayout
 	N   uint32
 	Pad uint32
-	M   [256]cpuprofMapping
+	M   [1024]cpuprofMapping
 }
 
 type cpuprofPyproc struct {

@@ -41,8 +41,8 @@ enum {
 
 #define MAX_FRAMES 64 // native user frames per stack
 #define MAX_PY 32     // Python frames per stack
-#define MAX_MAPS 256  // executable mappings per tracked process
-#define MAP_SEARCH 9  // ceil(log2(MAX_MAPS)) + 1
+#define MAX_MAPS 1024 // executable mappings per tracked process (a torch process maps ~315)
+#define MAP_SEARCH 11 // ceil(log2(MAX_MAPS)) + 1
 #define ROW_SEARCH 24 // binary-search steps over a file's rows (16M rows)
 #define MAX_THREADS 64
 #define KSTACK_DEPTH 48
@@ -225,7 +225,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1 << 20);
+	__uint(max_entries, 1 << 22); // 64 MiB: libtorch_cpu.so alone compiles to 1.44M rows
 	__type(key, __u32);
 	__type(value, struct unwind_row);
 } rows SEC(".maps");
