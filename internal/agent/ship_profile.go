@@ -675,8 +675,9 @@ type symUploader struct {
 }
 
 type symReq struct {
-	id, path string
-	pid      int
+	id, path     string
+	pid          int
+	start, limit uint64 // the mapping, for /proc/<pid>/map_files
 }
 
 // symState: done (asked and settled) or when to ask again.
@@ -729,7 +730,7 @@ func (u *symUploader) sawBatch(b *stack.Batch) {
 			continue
 		}
 		select {
-		case u.ch <- symReq{id: m.BuildID, path: m.Path, pid: pids[i]}:
+		case u.ch <- symReq{id: m.BuildID, path: m.Path, pid: pids[i], start: m.Start, limit: m.Limit}:
 			st.retryAt = now.Add(time.Hour) // in flight; settle sets the outcome
 			u.state[m.BuildID] = st
 		default:
@@ -777,13 +778,15 @@ func (u *symUploader) handle(ctx context.Context, r symReq) bool {
 	default:
 		return false
 	}
-	path, err := u.locate(r)
+	fh, err := u.locate(r)
 	if err != nil {
 		u.log.Debug("no local file for a Build-ID; its frames stay unnamed unless the server has symbols", "build_id", r.id, "path", r.path, "err", err)
 		u.m.symUploads.WithLabelValues("missing").Inc()
 		return true
 	}
-	if err := u.upload(ctx, base, path); err != nil {
+	defer fh.Close()
+	path := fh.Name()
+	if err := u.upload(ctx, base, fh); err != nil {
 		if errors.As(err, &st) {
 			u.log.Warn("the server refused a symbol upload", "build_id", r.id, "file", path, "err", err)
 			u.m.symUploads.WithLabelValues("failed").Inc()
@@ -796,52 +799,70 @@ func (u *symUploader) handle(ctx context.Context, r symReq) bool {
 	return true
 }
 
-// locate finds the file to upload for r: its separate debug file (full
-// symbol tables) if one is installed, else the mapped file itself, seen
-// through the process's root (containers) or the agent's. Each candidate
-// must carry the Build-ID.
-func (u *symUploader) locate(r symReq) (string, error) {
-	roots := []string{filepath.Join(u.root, "proc", strconv.Itoa(r.pid), "root"), u.root}
+// locate opens the file to upload for r: its separate debug file (full
+// symbol tables) if one is installed, else the mapped file itself. The
+// path comes from another process, which may have made it (or the
+// debug path) a symlink to a host secret or a FIFO, or swap it under us:
+// so the mapped inode is taken from /proc/<pid>/map_files, else opened
+// confined to the process's root (elfinfo.OpenInRoot, no symlinks, no
+// blocking, regular files only); every candidate must carry the
+// Build-ID; and the fd that was checked is the one uploaded.
+func (u *symUploader) locate(r symReq) (*os.File, error) {
+	proc := filepath.Join(u.root, "proc", strconv.Itoa(r.pid))
+	type cand struct {
+		open func() (*os.File, error)
+		root string // where the debug file is looked up
+	}
+	var cands []cand
+	if r.limit > r.start {
+		cands = append(cands, cand{func() (*os.File, error) {
+			return elfinfo.OpenProc(filepath.Join(proc, "map_files", fmt.Sprintf("%x-%x", r.start, r.limit)))
+		}, filepath.Join(proc, "root")})
+	}
+	for _, root := range []string{filepath.Join(proc, "root"), u.root} {
+		cands = append(cands, cand{func() (*os.File, error) { return elfinfo.OpenInRoot(root, r.path, false) }, root})
+	}
 	var lastErr error = errors.New("not found")
-	for _, root := range roots {
-		p := filepath.Join(root, r.path)
-		f, err := elf.Open(p)
+	for _, c := range cands {
+		fh, err := c.open()
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		id, err := elfinfo.BuildID(f)
-		if err != nil || id != r.id {
-			f.Close()
-			lastErr = fmt.Errorf("%s has Build-ID %q, want %s", p, id, r.id)
+		f, err := elf.NewFile(fh)
+		if err != nil {
+			fh.Close()
+			lastErr = err
 			continue
 		}
-		dbg, _ := elfinfo.DebugFile(p, f, filepath.Join(root, u.debugDir))
-		f.Close()
-		if dbg != "" {
+		if id, err := elfinfo.BuildID(f); err != nil || id != r.id {
+			fh.Close()
+			lastErr = fmt.Errorf("%s has Build-ID %q, want %s", fh.Name(), id, r.id)
+			continue
+		}
+		if dbg, _, _ := elfinfo.OpenDebugFile(c.root, r.path, f, u.debugDir); dbg != nil {
+			fh.Close()
 			return dbg, nil
 		}
-		return p, nil
+		return fh, nil
 	}
 	// The binary may be gone while its debug file is installed.
-	if p, err := elfinfo.BuildIDPath(filepath.Join(u.root, u.debugDir), r.id); err == nil {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p, nil
+	if p, err := elfinfo.BuildIDPath(u.debugDir, r.id); err == nil {
+		if fh, err := elfinfo.OpenInRoot(u.root, p, true); err == nil {
+			if elfinfo.HasBuildID(fh, r.id) {
+				return fh, nil
+			}
+			fh.Close()
 		}
 	}
-	return "", lastErr
+	return nil, lastErr
 }
 
-// upload sends path in chunk-sized parts (0-based part numbers).
-func (u *symUploader) upload(ctx context.Context, base, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return &errStatus{msg: err.Error()}
-	}
-	defer f.Close()
+// upload sends the open file f in chunk-sized parts (0-based part numbers).
+func (u *symUploader) upload(ctx context.Context, base string, f *os.File) error {
 	fi, err := f.Stat()
 	if err != nil || fi.Size() == 0 {
-		return &errStatus{msg: fmt.Sprintf("%s: empty or unreadable", path)}
+		return &errStatus{msg: fmt.Sprintf("%s: empty or unreadable", f.Name())}
 	}
 	parts := (fi.Size() + u.chunk - 1) / u.chunk
 	for i := int64(0); i < parts; i++ {

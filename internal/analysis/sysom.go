@@ -52,8 +52,10 @@ type SysomLimits struct {
 	// default baseline window (2 min: start-up, compilation, first
 	// checkpoint load are not the job's normal profile).
 	WarmupNS int64
-	// MaxSamples caps the sample records (distinct stacks per batch)
-	// scanned by one request over all its windows (4,000,000); beyond it
+	// MaxSamples caps the kept sample records (distinct stacks per batch,
+	// of the ranks asked for) of each window one request reads
+	// (4,000,000: a 5 min window of 1,024 ranks × 60 batches × ~50
+	// distinct stacks is ~3M); beyond it
 	// the request fails naming the cap: a cut profile would misstate
 	// every function's CPU fraction.
 	MaxSamples int64
@@ -211,6 +213,8 @@ func (s *Sysom) Report(ctx context.Context, req SysomRequest) (*SysomReport, err
 	if err != nil {
 		return nil, err
 	}
+	// The current and baseline windows each get MaxSamples: a default
+	// baseline must not push a report that fits over the cap.
 	budget := &sampleBudget{left: s.lim.MaxSamples}
 	in := &sysom.Input{}
 	cur, n, err := s.profiles(ctx, j.ID, w.FromNS, w.ToNS, nil, budget)
@@ -222,10 +226,17 @@ func (s *Sysom) Report(ctx context.Context, req SysomRequest) (*SysomReport, err
 	}
 	in.Profiles, w.Ranks, w.Samples = cur, len(cur), n
 	var notes []string
+	if budget.skipped > 0 {
+		notes = append(notes, fmt.Sprintf("current window: %d stored stack records do not decode and were skipped (store log names their keys)", budget.skipped))
+	}
 	if w.BaseBasis != BasisNone {
-		base, _, err := s.profiles(ctx, j.ID, w.BaseFromNS, w.BaseToNS, nil, budget)
+		bb := &sampleBudget{left: s.lim.MaxSamples}
+		base, _, err := s.profiles(ctx, j.ID, w.BaseFromNS, w.BaseToNS, nil, bb)
 		if err != nil {
 			return nil, err
+		}
+		if bb.skipped > 0 {
+			notes = append(notes, fmt.Sprintf("baseline window: %d stored stack records do not decode and were skipped", bb.skipped))
 		}
 		in.Baseline, w.BaseRanks = base, len(base)
 		if len(base) == 0 {
@@ -245,6 +256,9 @@ func (s *Sysom) Report(ctx context.Context, req SysomRequest) (*SysomReport, err
 		return nil, err
 	}
 	in.Groups = sysomGroups(comms)
+	// Ranks on one host share a clock: their collective entries compare
+	// directly, with no offset to estimate (the engine's alignment).
+	in.Hosts = rankHosts(j)
 	var iterNote string
 	in.IterMs, iterNote = s.iterMs(j.ID, calls)
 	if iterNote != "" {
@@ -277,6 +291,12 @@ func (s *Sysom) Report(ctx context.Context, req SysomRequest) (*SysomReport, err
 	return &SysomReport{Report: rep, Window: w}, nil
 }
 
+// ClockSkewNS is how far past the caller's clock stored data may end and
+// still anchor the default ("latest") window (agents' clocks drift a
+// little); beyond it the data is a bad timestamp and the window ends at
+// the caller's clock instead.
+const ClockSkewNS = int64(5 * 60 * 1e9)
+
 // sysomGroups turns communicators with a known member list into the
 // engine's groups; none → the engine uses one group of all ranks.
 func sysomGroups(comms []collective.Comm) []sysom.Group {
@@ -300,6 +320,11 @@ func (s *Sysom) resolve(job string, rw WindowRequest) (SysomWindow, error) {
 		}
 		if !ok {
 			return w, fmt.Errorf("job %q: %w", job, ErrNoStacks)
+		}
+		// An imported profile stamped in the future must not drag the
+		// default window away from the live data (review finding 6).
+		if rw.NowNS > 0 && last > rw.NowNS+ClockSkewNS {
+			last = max(rw.NowNS, first+1)
 		}
 		switch {
 		case rw.FromNS == 0 && rw.ToNS == 0:
@@ -368,7 +393,11 @@ func (s *Sysom) stackSpan(job string) (first, last int64, ok bool, err error) {
 
 // sampleBudget counts sample records against SysomLimits.MaxSamples over
 // all the windows one request reads.
-type sampleBudget struct{ left int64 }
+// It also counts stored records the scans skipped as undecodable.
+type sampleBudget struct {
+	left    int64
+	skipped int
+}
 
 func (b *sampleBudget) take(n int, lim int64) error {
 	if b.left -= int64(n); b.left < 0 {
@@ -397,10 +426,11 @@ func (s *Sysom) profiles(ctx context.Context, job string, from, to int64, want m
 		a.pending, a.n = a.pending[:0], 0
 	}
 	var total int64
-	held := 0 // sample records pending over all ranks
+	held := 0             // sample records pending over all ranks
+	tab := newFuncTable() // one table for every rank (see funcTable)
 	// The store returns windows overlapping [from, to-1]; a batch belongs
 	// to the window its start lies in.
-	q := store.StackQuery{FromNS: from, ToNS: to - 1, Rank: -1}
+	q := store.StackQuery{FromNS: from, ToNS: to - 1, Rank: -1, OnSkip: func(string, error) { budget.skipped++ }}
 	if len(want) == 1 {
 		for r := range want {
 			q.Rank = r
@@ -416,22 +446,26 @@ func (s *Sysom) profiles(ctx context.Context, job string, from, to int64, want m
 		if b.StartNS < from || b.StartNS >= to {
 			return nil
 		}
-		if err := budget.take(len(b.Samples), s.lim.MaxSamples); err != nil {
-			return err
-		}
-		total += int64(len(b.Samples))
 		perRank := map[int]int{}
+		kept := 0
 		for i := range b.Samples {
 			r := b.Samples[i].Rank
 			if want == nil && r < 0 || want != nil && !want[r] {
 				continue
 			}
 			perRank[r]++
+			kept++
 		}
+		// Only what is kept costs: a group's 8 ranks in a 1,024-rank job
+		// read every record but pay for their own (review finding 3).
+		if err := budget.take(kept, s.lim.MaxSamples); err != nil {
+			return err
+		}
+		total += int64(kept)
 		for r, n := range perRank {
 			a := acc[r]
 			if a == nil {
-				a = &rankAcc{b: newProfileBuilder(r, from, to)}
+				a = &rankAcc{b: newSharedProfileBuilder(r, from, to, tab)}
 				acc[r] = a
 			}
 			a.pending = append(a.pending, b)
@@ -451,7 +485,9 @@ func (s *Sysom) profiles(ctx context.Context, job string, from, to int64, want m
 	}
 	out := make(map[int]*stack.Profile, len(acc))
 	for r, a := range acc {
-		flush(r, a)
+		flush(r, a) // every rank first: the shared table is final after
+	}
+	for r, a := range acc {
 		if p := a.b.profile(); p.Total > 0 {
 			out[r] = p
 		}
@@ -574,4 +610,20 @@ func (s *Sysom) iterMs(job string, calls []collective.Call) (float64, string) {
 		ms = append(ms, v)
 	}
 	return stats.Median(ms), ""
+}
+
+// rankHosts maps each registered rank to the host it reported; nil when
+// no rank named one.
+func rankHosts(j *signal.Job) map[int]string {
+	var out map[int]string
+	for _, r := range j.Ranks {
+		if r.Host == "" {
+			continue
+		}
+		if out == nil {
+			out = make(map[int]string, len(j.Ranks))
+		}
+		out[r.Rank] = r.Host
+	}
+	return out
 }

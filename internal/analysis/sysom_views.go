@@ -303,7 +303,7 @@ func (s *Sysom) DiffGraph(ctx context.Context, req DiffRequest) (*DiffGraph, err
 		bFrom, bTo = w.BaseFromNS, w.BaseToNS
 		bLabel += " baseline (" + w.BaseBasis + ")"
 	}
-	b, err := s.profileOf(ctx, req.Job, req.B, bFrom, bTo, budget)
+	b, err := s.profileOf(ctx, req.Job, req.B, bFrom, bTo, &sampleBudget{left: s.lim.MaxSamples}) // each side its own cap
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -39,6 +40,7 @@ func (a *API) registerStacks(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/jobs/{id}/profiles", a.importProfile)
 	mux.HandleFunc("HEAD /api/v1/symbols/{buildid}", a.headSymbols)
 	mux.HandleFunc("POST /api/v1/symbols/{buildid}", a.postSymbols)
+	mux.HandleFunc("DELETE /api/v1/symbols/{buildid}", a.deleteSymbols) // admin scope (server/auth.go)
 }
 
 // StacksAnswer is the answer to a stack, OS-stat or profile post.
@@ -219,8 +221,11 @@ func (a *API) ingestStacks(rw http.ResponseWriter, r *http.Request) {
 // importProfile stores an outside profile as rank's stacks (POST
 // /api/v1/jobs/{id}/profiles?rank=&format=pprof|collapsed&start_ns=
 // &end_ns=&node=). The format is ?format=, else the Content-Type
-// (text/plain: collapsed; protobuf or octet-stream: pprof), else sniffed
-// (a gzip or protobuf body is pprof). The window is the query's, else the
+// (text/x-collapsed: collapsed; protobuf, octet-stream, x-pprof or gzip:
+// pprof), else sniffed (a gzip or protobuf body is pprof). The server's
+// request hygiene refuses text/plain (CORS-safelisted: a cross-site page
+// could post it) before this runs; the api package alone still reads it
+// as collapsed. The window is the query's, else the
 // profile's own (pprof); collapsed text has none, so start_ns and end_ns
 // are required with it. Samples without a pprof "rank" label are rank's
 // (-1 when no rank is given: an unregistered process).
@@ -305,6 +310,9 @@ func (a *API) importProfile(rw http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, err
 		}
+		if err := checkImportWindow(out.StartNS, out.EndNS, time.Now().UnixNano()); err != nil {
+			return nil, err
+		}
 		for i := range out.Samples { // a pprof rank label must lie in the job too
 			if rk := out.Samples[i].Rank; rk >= world {
 				return nil, signal.FieldErrorf(fmt.Sprintf("samples[%d].rank", i), "%d outside the job's world of %d", rk, world)
@@ -313,6 +321,25 @@ func (a *API) importProfile(rw http.ResponseWriter, r *http.Request) {
 		out.Node = node
 		return out, nil
 	})
+}
+
+// MaxImportSkewNS is how far past the server's clock an imported
+// profile may start: a future timestamp would become every report's
+// "latest" window.
+const MaxImportSkewNS = int64(5 * 60 * 1e9)
+
+// checkImportWindow bounds an imported profile's window: at most
+// store.MaxWindowNS long (scans look back the longest stored window)
+// and not starting in the future.
+func checkImportWindow(start, end, nowNS int64) error {
+	if end-start > store.MaxWindowNS {
+		return signal.FieldErrorf("end_ns", "the profile's window [start_ns=%d, end_ns=%d] spans %d ns, more than the %d ns (1 h) one import may cover: import it in parts",
+			start, end, end-start, store.MaxWindowNS)
+	}
+	if start > nowNS+MaxImportSkewNS {
+		return signal.FieldErrorf("start_ns", "%d is in the future (server clock %d ns)", start, nowNS)
+	}
+	return nil
 }
 
 // postStacks is the shared body of the stack and profile posts. decErr

@@ -324,6 +324,16 @@ func TestProfileImport(t *testing.T) {
 	if a := send(t, "POST", url+"?rank=5&format=collapsed&start_ns=1&end_ns=2", "text/plain", col); a.status != 400 || a.body.Field != "rank" {
 		t.Fatalf("rank: %d %s", a.status, a.raw)
 	}
+	// An import spans at most 1 h and never starts in the future: either
+	// would skew every later scan or default window (review finding 6).
+	long := fmt.Sprintf("?rank=0&format=collapsed&start_ns=%d&end_ns=%d", stackT0, stackT0+2*3600e9)
+	if a := send(t, "POST", url+long, "text/plain", col); a.status != 400 || a.body.Field != "end_ns" || !strings.Contains(string(a.raw), "start_ns") {
+		t.Fatalf("2 h import: %d %s", a.status, a.raw)
+	}
+	fut := time.Now().Add(24 * time.Hour).UnixNano()
+	if a := send(t, "POST", url+fmt.Sprintf("?rank=0&format=collapsed&start_ns=%d&end_ns=%d", fut, fut+1e9), "text/plain", col); a.status != 400 || a.body.Field != "start_ns" {
+		t.Fatalf("future import: %d %s", a.status, a.raw)
+	}
 	if a := send(t, "POST", url+"?format=svg", "", col); a.status != 400 || a.body.Field != "format" {
 		t.Fatalf("format: %d %s", a.status, a.raw)
 	}
@@ -427,6 +437,16 @@ func (f *fakeSymbols) PutChunk(id string, part, parts int, r io.Reader) (bool, e
 	return len(f.parts[id]) == parts, nil
 }
 
+func (f *fakeSymbols) Remove(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.parts[id] == nil {
+		return fmt.Errorf("%w %s", symbolize.ErrNotFound, id)
+	}
+	delete(f.parts, id)
+	return nil
+}
+
 func TestSymbolsRoutes(t *testing.T) {
 	if a := send(t, "HEAD", stackServer(t, nil, 0, false).base+"/api/v1/symbols/abcd", "", nil); a.status != http.StatusNotImplemented {
 		t.Fatalf("no store: %d", a.status)
@@ -449,6 +469,11 @@ func TestSymbolsRoutes(t *testing.T) {
 		{"POST", "abcd?part=0&parts=2", []byte("first"), 200, ""},
 		{"POST", "abcd?part=1&parts=2", []byte("second"), 200, ""},
 		{"POST", "abcd?part=0&parts=1", make([]byte, MaxSymbolPart+1), 413, ""},
+		// Odd-length ids are refused by every route, as the store does.
+		{"HEAD", "abc", nil, 400, ""},
+		{"POST", "a?part=0&parts=1", []byte("x"), 400, "buildid"},
+		{"DELETE", "abc", nil, 400, "buildid"},
+		{"DELETE", "ef99", nil, 404, ""},
 	} {
 		a := send(t, c.method, url+c.path, "application/octet-stream", c.body)
 		if a.status != c.status || (c.field != "" && a.body.Field != c.field) {
@@ -457,6 +482,9 @@ func TestSymbolsRoutes(t *testing.T) {
 	}
 	if got := string(fs.parts["abcd"][0]) + string(fs.parts["abcd"][1]); got != "firstsecond" {
 		t.Fatalf("parts %q", got)
+	}
+	if a := send(t, "DELETE", url+"abcd", "", nil); a.status != http.StatusNoContent || fs.parts["abcd"] != nil {
+		t.Fatalf("delete: %d %s", a.status, a.raw)
 	}
 	fs.err = fmt.Errorf("wrapped: %w", symbolize.ErrQuota)
 	if a := send(t, "POST", url+"ef01?part=0&parts=1", "application/octet-stream", []byte("x")); a.status != http.StatusInsufficientStorage {

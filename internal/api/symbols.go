@@ -20,23 +20,23 @@ import (
 type SymbolStore interface {
 	Has(buildID string) bool
 	PutChunk(buildID string, part, parts int, r io.Reader) (done bool, err error)
+	// Remove deletes a Build-ID's symbols (errors.Is ErrNotFound when
+	// none): the first upload of a Build-ID wins, so an admin removes a
+	// poisoned one and the next upload (or local debug file) replaces it.
+	Remove(buildID string) error
 }
 
 // MaxSymbolPart bounds one uploaded part (§4: "chunked transfer (64 MB
 // segments) to bound peak memory on the node").
 const MaxSymbolPart = 64 << 20
 
-// symbolID is the route's Build-ID, or a 400 naming it: lowercase hex of
-// at most stack.MaxBuildIDLen digits (the key the agent's mappings carry).
+// symbolID is the route's Build-ID, or a 400 naming it: the store's key
+// rule (symbolize.ValidBuildID: lowercase hex, an even number of digits),
+// so HEAD, POST and the store never disagree about one id.
 func (a *API) symbolID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("buildid")
-	ok := id != "" && len(id) <= stack.MaxBuildIDLen
-	for i := 0; ok && i < len(id); i++ {
-		c := id[i]
-		ok = c >= '0' && c <= '9' || c >= 'a' && c <= 'f'
-	}
-	if !ok {
-		a.fail(w, r, http.StatusBadRequest, signal.FieldErrorf("buildid", "must be lowercase hex of 1..%d digits, got %q", stack.MaxBuildIDLen, signal.Clip(id)))
+	if !symbolize.ValidBuildID(id) || len(id) > stack.MaxBuildIDLen {
+		a.fail(w, r, http.StatusBadRequest, signal.FieldErrorf("buildid", "must be lowercase hex of an even number of digits, 2..%d, got %q", stack.MaxBuildIDLen, signal.Clip(id)))
 		return "", false
 	}
 	if a.d.Symbols == nil {
@@ -118,6 +118,26 @@ func (a *API) postSymbols(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"done": done})
+}
+
+// deleteSymbols removes a Build-ID's symbol file (DELETE
+// /api/v1/symbols/{buildid}, admin scope): 204, or 404 when none is
+// stored. The way to clear a squatted or corrupt upload (docs/format/symbols.md).
+func (a *API) deleteSymbols(w http.ResponseWriter, r *http.Request) {
+	id, ok := a.symbolID(w, r)
+	if !ok {
+		return
+	}
+	err := a.d.Symbols.Remove(id)
+	switch {
+	case err == nil:
+		a.d.Log.Info("symbols removed", "build_id", id)
+		w.WriteHeader(http.StatusNoContent)
+	case errors.Is(err, symbolize.ErrNotFound):
+		a.fail(w, r, http.StatusNotFound, err)
+	default:
+		a.fail(w, r, http.StatusInternalServerError, fmt.Errorf("removing symbols: %w", err))
+	}
 }
 
 // capReader reads at most n bytes of r and one more to notice a longer

@@ -32,11 +32,41 @@ var _ Sysom = (*analysis.Sysom)(nil)
 // registerSysom adds the SysOM-AI read routes; their scopes are in
 // internal/server's routeAccess.
 func (a *API) registerSysom(mux *http.ServeMux) {
-	mux.HandleFunc("GET /api/v1/jobs/{id}/sysom", a.sysomReport)
-	mux.HandleFunc("GET /api/v1/jobs/{id}/flamegraph", a.flameGraph)
-	mux.HandleFunc("GET /api/v1/jobs/{id}/flamegraph/diff", a.flameDiff)
-	mux.HandleFunc("GET /api/v1/jobs/{id}/profile", a.exportProfile)
+	heavy := make(chan struct{}, MaxHeavyReads)
+	mux.HandleFunc("GET /api/v1/jobs/{id}/sysom", a.gate(heavy, a.sysomReport))
+	mux.HandleFunc("GET /api/v1/jobs/{id}/flamegraph", a.gate(heavy, a.flameGraph))
+	mux.HandleFunc("GET /api/v1/jobs/{id}/flamegraph/diff", a.gate(heavy, a.flameDiff))
+	mux.HandleFunc("GET /api/v1/jobs/{id}/profile", a.gate(heavy, a.exportProfile))
 	mux.HandleFunc("GET /api/v1/jobs/{id}/osstats", a.osStats)
+}
+
+// MaxHeavyReads bounds the SysOM-AI reads that symbolize and aggregate a
+// window (each may read millions of sample records) running at once; more
+// wait briefly, then get 503 with Retry-After, so read tokens cannot pin
+// every CPU the ingest path needs.
+const MaxHeavyReads = 2
+
+// heavyWait is how long a heavy read waits for a slot before the 503.
+const heavyWait = 2 * time.Second
+
+func (a *API) gate(sem chan struct{}, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t := time.NewTimer(heavyWait)
+		select {
+		case sem <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			retry := max(a.d.RetryAfter, time.Second)
+			w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
+			a.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%d SysOM-AI analyses are running; retry later", cap(sem)))
+			return
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+		defer func() { <-sem }()
+		h(w, r)
+	}
 }
 
 var errNoSysom = errors.New("SysOM-AI analysis is not enabled on this server")

@@ -78,6 +78,7 @@ var routeAccess = map[string]access{
 	"POST /api/v1/jobs/{id}/profiles":                 needIngestJob,
 	"HEAD /api/v1/symbols/{buildid}":                  needIngestAny,
 	"POST /api/v1/symbols/{buildid}":                  needIngestAny,
+	"DELETE /api/v1/symbols/{buildid}":                needAdmin,
 	"GET /api/v1/jobs/{id}/validation":                needIngestJob,
 	"POST /api/v1/jobs/{id}/validation/{vid}/results": needIngestJob,
 	"DELETE /api/v1/jobs/{id}":                        needAdmin,

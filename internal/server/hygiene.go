@@ -84,6 +84,8 @@ var bodyTypes = map[string]bool{
 	// without a preflight this server never answers.
 	"application/octet-stream": true,
 	"text/x-collapsed":         true,
+	"application/x-pprof":      true,
+	"application/gzip":         true,
 }
 
 // bodyTypeOK checks a state-changing request's body type. Only JSON and
@@ -99,7 +101,7 @@ func bodyTypeOK(r *http.Request) (string, bool) {
 	if r.ContentLength == 0 {
 		return "", true
 	}
-	const want = "send application/json or application/x-protobuf"
+	const want = "send application/json or application/x-protobuf (symbol parts: application/octet-stream; imported profiles: application/x-pprof, application/gzip or text/x-collapsed — text/plain is refused: any web page may send it)"
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
 		return "a request body needs a Content-Type: " + want, false

@@ -446,3 +446,18 @@ func TestD8_SlowButSteadyBodyGetsItsAnswer(t *testing.T) {
 		t.Fatalf("no answer after a steady 1 s upload with a 300 ms write allowance: %v", err)
 	}
 }
+
+// The documented import types pass hygiene (the route answers, not 415);
+// text/plain stays refused and the message names what to send.
+func TestImportContentTypes(t *testing.T) {
+	for ct, ok := range map[string]bool{"application/x-pprof": true, "application/gzip": true, "text/x-collapsed": true, "application/octet-stream": true, "text/plain": false} {
+		r := &http.Request{Method: http.MethodPost, ContentLength: 3, Header: http.Header{"Content-Type": {ct}}}
+		msg, got := bodyTypeOK(r)
+		if got != ok {
+			t.Errorf("%s: accepted=%v, want %v (%s)", ct, got, ok, msg)
+		}
+		if !ok && !strings.Contains(msg, "text/x-collapsed") {
+			t.Errorf("%s: message %q does not name the import types", ct, msg)
+		}
+	}
+}

@@ -72,6 +72,24 @@ type StackAppend struct {
 type StackQuery struct {
 	FromNS, ToNS int64
 	Rank         int
+	// OnSkip, if set, hears of each stored record the scan skipped because
+	// it does not decode (the scan goes on: one bad record never fails
+	// every read of its window). Store.SkippedRecords counts them too.
+	OnSkip func(key string, err error)
+}
+
+// SkippedRecords counts stack and OS records scans skipped as
+// undecodable since the store opened (a metric: each is a bug or disk
+// damage worth a look).
+func (s *Store) SkippedRecords() int64 { return s.skipped.Load() }
+
+// skip counts and logs one undecodable record.
+func (s *Store) skip(key []byte, err error, on func(string, error)) {
+	s.skipped.Add(1)
+	s.log.Warn("store: skipping undecodable record", "key", keyString(key), "err", err)
+	if on != nil {
+		on(keyString(key), err)
+	}
 }
 
 // ProfileStats summarizes one job's stack and OS-stat keyspaces. It is
@@ -216,8 +234,8 @@ func checkWindow(start, end int64) error {
 	if start <= 0 || end < start {
 		return signal.FieldErrorf("end_ns", "window [%d, %d] is empty or reversed", start, end)
 	}
-	if end-start > MaxStackSpanNS {
-		return signal.FieldErrorf("end_ns", "window of %d ns is longer than the %d ns one record may span", end-start, MaxStackSpanNS)
+	if end-start > MaxWindowNS {
+		return signal.FieldErrorf("end_ns", "window [start_ns, end_ns] of %d ns is longer than the %d ns (1 h) one record may span", end-start, MaxWindowNS)
 	}
 	return nil
 }
@@ -577,14 +595,12 @@ func (s *Store) ScanStacks(job string, q StackQuery, fn func(b *stack.Batch) err
 		}
 		span, sok := peekSpan(val, 2)
 		if !sok {
-			return fmt.Errorf("store: key %q: %w: stack record header", key, ErrCorrupt)
-		}
-		if int64(start)+span >= from {
+			s.skip(key, fmt.Errorf("%w: stack record header", ErrCorrupt), q.OnSkip)
+		} else if int64(start)+span >= from {
 			b := new(stack.Batch)
 			if err := decodeStackRecord(val, int64(start), int(rank1)-1, b); err != nil {
-				return fmt.Errorf("store: key %q: %w", key, err)
-			}
-			if err := fn(b); err != nil {
+				s.skip(key, err, q.OnSkip)
+			} else if err := fn(b); err != nil {
 				return err
 			}
 		}
@@ -642,14 +658,16 @@ func (s *Store) ScanOSStats(job string, fromNS, toNS int64, fn func(b *osstat.Ba
 		}
 		span, sok := peekSpan(val, 1)
 		if !sok {
-			return fmt.Errorf("store: key %q: %w: os record header", key, ErrCorrupt)
+			s.skip(key, fmt.Errorf("%w: os record header", ErrCorrupt), nil)
+			continue
 		}
 		if int64(start)+span < from {
 			continue
 		}
 		b := new(osstat.Batch)
 		if err := decodeOSStatRecord(val, int64(start), b); err != nil {
-			return fmt.Errorf("store: key %q: %w", key, err)
+			s.skip(key, err, nil)
+			continue
 		}
 		if err := fn(b); err != nil {
 			return err

@@ -38,10 +38,14 @@ const (
 	// holds at most MaxSamples samples of MaxFrames frames, but a table
 	// that large is corrupt long before).
 	maxRecordStrings = 1 << 24
-	// MaxStackSpanNS bounds a stored window's length: scans look back
-	// this far at most for windows overlapping their start (an imported
-	// profile may cover hours; agent windows are 5 s).
+	// MaxStackSpanNS bounds a decoded window's length (records written
+	// before MaxWindowNS existed may span up to a day).
 	MaxStackSpanNS = int64(24 * 3600 * 1e9)
+	// MaxWindowNS bounds a window written now: scans look back the
+	// job's longest stored window for records overlapping their start,
+	// so one long import would make every scan walk that far (agent
+	// windows are 5 s; an imported profile is cut into ≤ 1 h windows).
+	MaxWindowNS = int64(3600 * 1e9)
 )
 
 // stackEnc is the reusable state of encoding one batch's records.
@@ -193,6 +197,20 @@ func (r *byteReader) str(limit int) string {
 // decodeStackRecord decodes a record value into out (Rank, StartNS from
 // the key). It never panics: malformed input is an error wrapping
 // ErrCorrupt, and whatever it accepts passes stack.Batch.Validate.
+// varintFull reads a zigzag varint of the full int64 range.
+func (r *byteReader) varintFull() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
 func decodeStackRecord(v []byte, startNS int64, rank int, out *stack.Batch) error {
 	r := byteReader{b: v}
 	ver, fl := r.byte(), r.byte()
@@ -215,7 +233,7 @@ func decodeStackRecord(v []byte, startNS int64, rank int, out *stack.Batch) erro
 	if fl&stackFlagMeta != 0 {
 		u := &out.Unwind
 		for _, p := range []*int64{&out.Dropped, &u.FPFrames, &u.DWARFFrames, &u.FallbackFrames, &u.PythonFrames, &u.Truncated} {
-			*p = r.varint(math.MaxInt64 / 2)
+			*p = r.varintFull()
 		}
 	}
 	nstr := r.uvarint(maxRecordStrings)
@@ -277,7 +295,9 @@ func decodeStackRecord(v []byte, startNS int64, rank int, out *stack.Batch) erro
 			h := r.byte()
 			f.Kind, f.Mapping = stack.Kind(h&frameKindMask), -1
 			if h&frameAddr != 0 {
-				prev += uint64(r.varint(math.MaxInt64))
+				// A delta is any int64 (the encoder wraps the subtraction):
+				// Addr=1<<63 after 0 is -2^63, which must read back.
+				prev += uint64(r.varintFull())
 				f.Addr = prev
 			}
 			if h&frameMapping != 0 {

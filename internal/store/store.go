@@ -85,6 +85,7 @@ type Store struct {
 	// lock.
 	readOnly  bool
 	reopening atomic.Bool
+	skipped   atomic.Int64 // undecodable records scans skipped (stack.go)
 	// broken is set once a Pebble write failed in a way Pebble cannot
 	// recover from (space.go): every later write fails with it and Close
 	// leaves the database to the process exit.

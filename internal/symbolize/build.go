@@ -45,6 +45,28 @@ func BuildIndex(elfPath string, w io.Writer) error {
 // it — typically the stripped binary and its separate debug file. The
 // first file's Build-ID names the result; every other must match it.
 func Build(w io.Writer, files ...*elf.File) (st BuildStats, err error) {
+	return BuildWith(w, BuildOptions{}, files...)
+}
+
+// DefaultMaxSectionBytes bounds the inflated bytes Build reads from one
+// ELF's compressed sections: a 64 MiB zlib part can declare (and inflate
+// to) ~64 GiB, so the declared sizes are checked before any read.
+const DefaultMaxSectionBytes = 2 << 30
+
+// BuildOptions bounds the memory one build may take; zero fields take
+// defaults.
+type BuildOptions struct {
+	// MaxSectionBytes caps the summed uncompressed size of the debug
+	// sections (DWARF is skipped above it, noted in DWARFErr) and of any
+	// one compressed non-debug section (the file is refused above it).
+	MaxSectionBytes int64
+}
+
+// BuildWith is Build with explicit bounds.
+func BuildWith(w io.Writer, opts BuildOptions, files ...*elf.File) (st BuildStats, err error) {
+	if opts.MaxSectionBytes <= 0 {
+		opts.MaxSectionBytes = DefaultMaxSectionBytes
+	}
 	if len(files) == 0 {
 		return st, errors.New("no ELF file")
 	}
@@ -74,6 +96,9 @@ func Build(w io.Writer, files ...*elf.File) (st BuildStats, err error) {
 				return st, fmt.Errorf("file %d: build-id %s differs from %s", i, id, st.BuildID)
 			}
 		}
+		if err := checkCompressed(f, opts.MaxSectionBytes); err != nil {
+			return st, fmt.Errorf("file %d: %w", i, err)
+		}
 		secs := execSections(f)
 		if syms, err := f.Symbols(); err == nil {
 			n := collect(syms, secs, &sized, &zero)
@@ -98,6 +123,14 @@ func Build(w io.Writer, files ...*elf.File) (st BuildStats, err error) {
 	var dw []cand
 	for _, f := range files {
 		if !hasDWARF(f) {
+			continue
+		}
+		if n, err := debugBytes(f); err != nil || n > uint64(opts.MaxSectionBytes) {
+			// Inflating them would take n bytes of memory at once.
+			if err == nil {
+				err = fmt.Errorf("DWARF skipped: debug sections declare %d uncompressed bytes > cap %d", n, opts.MaxSectionBytes)
+			}
+			st.DWARFErr = err.Error()
 			continue
 		}
 		d, err := f.DWARF()
@@ -219,6 +252,55 @@ func dwarfEntryBound(f *elf.File) int64 {
 		n = max(n, 64*s.Size)
 	}
 	return int64(min(n, 1<<40)) + 1<<10
+}
+
+// inflatedSize is the size a section's data takes once read: ch_size for
+// SHF_COMPRESSED (debug/elf puts it in Size), the "ZLIB" header's size
+// for GNU .zdebug_* (debug/dwarf allocates it up front), else Size.
+func inflatedSize(s *elf.Section) (uint64, error) {
+	if s.Type == elf.SHT_NOBITS {
+		return 0, nil
+	}
+	if strings.HasPrefix(s.Name, ".zdebug_") {
+		var h [12]byte
+		if _, err := s.ReadAt(h[:], 0); err == nil && string(h[:4]) == "ZLIB" {
+			return binary.BigEndian.Uint64(h[4:]), nil
+		}
+	}
+	return s.Size, nil
+}
+
+// debugBytes sums the inflated sizes of the sections f.DWARF() reads.
+func debugBytes(f *elf.File) (uint64, error) {
+	var total uint64
+	for _, s := range f.Sections {
+		if !strings.HasPrefix(s.Name, ".debug_") && !strings.HasPrefix(s.Name, ".zdebug_") {
+			continue
+		}
+		n, err := inflatedSize(s)
+		if err != nil {
+			return 0, err
+		}
+		if total+n < total {
+			return 0, fmt.Errorf("DWARF skipped: debug section sizes overflow")
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// checkCompressed refuses a compressed non-debug section (.symtab,
+// .strtab, .dynsym …) that declares more than limit inflated bytes.
+func checkCompressed(f *elf.File, limit int64) error {
+	for _, s := range f.Sections {
+		if s.Flags&elf.SHF_COMPRESSED == 0 || strings.HasPrefix(s.Name, ".debug_") {
+			continue
+		}
+		if n, _ := inflatedSize(s); n > uint64(limit) {
+			return fmt.Errorf("section %s declares %d uncompressed bytes > cap %d", s.Name, n, limit)
+		}
+	}
+	return nil
 }
 
 func hasDWARF(f *elf.File) bool {
@@ -458,6 +540,9 @@ func pretty(memo map[string]string, raw string) string {
 func ELFBuildID(f *elf.File) (string, error) {
 	var notes [][]byte
 	if s := f.Section(".note.gnu.build-id"); s != nil && s.Type == elf.SHT_NOTE {
+		if s.Size >= 1<<20 { // a note is bytes; a huge one is a (compressed) bomb
+			return "", fmt.Errorf(".note.gnu.build-id: %d bytes", s.Size)
+		}
 		b, err := s.Data()
 		if err != nil {
 			return "", fmt.Errorf(".note.gnu.build-id: %w", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"path"
 	"strconv"
 	"sync"
@@ -87,8 +88,30 @@ func NewResolver(s *Store, opts ResolverOptions) *Resolver {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Resolver{s: s, opts: opts, open: map[string]*openIx{}, lru: list.New(),
+	r := &Resolver{s: s, opts: opts, open: map[string]*openIx{}, lru: list.New(),
 		missing: map[string]time.Time{}, cache: map[addrKey]hit{}, prev: map[addrKey]hit{}}
+	s.onRemove(r.forget)
+	return r
+}
+
+// forget drops what the Resolver knows of id after Store.Remove, so a
+// removed (e.g. poisoned) file stops naming frames at once.
+func (r *Resolver) forget(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o := r.open[id]; o != nil {
+		delete(r.open, id)
+		r.lru.Remove(o.elem)
+		o.evicted = true
+		if o.refs == 0 {
+			o.c.Close()
+		}
+	}
+	delete(r.missing, id)
+	// The address cache is keyed by (id, addr); dropping it all is rare
+	// (an admin action) and cheaper than indexing it by id.
+	clear(r.cache)
+	clear(r.prev)
 }
 
 // Stats returns counters since the Resolver was made.
@@ -383,12 +406,12 @@ func (r *Resolver) Profile(batches []*stack.Batch, rank int) *stack.Profile {
 				key = binary.LittleEndian.AppendUint32(key, uint32(fi))
 			}
 			if i, ok := stacks[string(key)]; ok {
-				p.Stacks[i].Count += s.Count
+				p.Stacks[i].Count = satAdd(p.Stacks[i].Count, s.Count)
 			} else {
 				stacks[string(key)] = len(p.Stacks)
 				p.Stacks = append(p.Stacks, stack.Stack{Frames: append([]int32(nil), frames...), Count: s.Count})
 			}
-			p.Total += s.Count
+			p.Total = satAdd(p.Total, s.Count)
 		}
 		if used || len(b.Samples) == 0 {
 			if p.StartNS == 0 || b.StartNS < p.StartNS {
@@ -418,4 +441,14 @@ func moduleName(p string) string {
 		return "[unknown]"
 	}
 	return path.Base(p)
+}
+
+// satAdd adds non-negative counts, saturating at MaxInt64: many batches
+// of imported profiles (each count ≤ stack.MaxCount) must never wrap into
+// a negative total.
+func satAdd(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,7 +51,17 @@ type StoreOptions struct {
 	// (<dir>/.build-id/ab/cdef….debug) and by .gnu_debuglink; nil means
 	// /usr/lib/debug, an empty non-nil slice disables the search.
 	DebugDirs []string
-	Now       func() time.Time
+	// MaxSectionBytes bounds the inflated debug sections one build reads
+	// (BuildOptions); default: Quota/8 clamped to [64 MiB, 2 GiB].
+	MaxSectionBytes int64
+	// Builds bounds concurrent index builds (each may hold up to
+	// MaxSectionBytes of DWARF in memory); default 2.
+	Builds int
+	// MaxStagedPerID and MaxStaged bound the bytes of unfinished uploads
+	// of one Build-ID and of all of them; defaults MaxUpload and Quota/4
+	// (at least MaxUpload), so staged junk can never fill the quota.
+	MaxStagedPerID, MaxStaged int64
+	Now                       func() time.Time
 }
 
 // Store is a directory of <buildid>.sym files plus the staging area of
@@ -62,8 +73,17 @@ type Store struct {
 
 	mu     sync.Mutex
 	used   int64
+	staged int64 // bytes of staging/ (a part of used)
 	keys   map[string]*keyLock
 	lastGC time.Time
+	builds chan struct{}
+	hooks  []func(id string) // called after Remove (Resolver caches)
+}
+
+func (s *Store) onRemove(f func(id string)) {
+	s.mu.Lock()
+	s.hooks = append(s.hooks, f)
+	s.mu.Unlock()
 }
 
 type keyLock struct {
@@ -93,7 +113,25 @@ func OpenStoreWith(dir string, opts StoreOptions) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Store{dir: dir, opts: opts, keys: map[string]*keyLock{}}
+	if opts.MaxSectionBytes <= 0 {
+		opts.MaxSectionBytes = DefaultMaxSectionBytes
+		if opts.Quota > 0 {
+			opts.MaxSectionBytes = min(max(opts.Quota/8, 64<<20), DefaultMaxSectionBytes)
+		}
+	}
+	if opts.Builds <= 0 {
+		opts.Builds = 2
+	}
+	if opts.MaxStagedPerID <= 0 {
+		opts.MaxStagedPerID = opts.MaxUpload
+	}
+	if opts.MaxStaged <= 0 {
+		opts.MaxStaged = 1 << 62
+		if opts.Quota > 0 {
+			opts.MaxStaged = max(opts.Quota/4, opts.MaxUpload)
+		}
+	}
+	s := &Store{dir: dir, opts: opts, keys: map[string]*keyLock{}, builds: make(chan struct{}, opts.Builds)}
 	for _, d := range []string{dir, s.stagingDir(), s.tmpDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -118,6 +156,7 @@ func OpenStoreWith(dir string, opts StoreOptions) (*Store, error) {
 	}
 	staged, _ := dirUsage(s.stagingDir())
 	s.used += staged
+	s.staged = staged
 	s.gcStaging(true)
 	return s, nil
 }
@@ -231,7 +270,18 @@ func (s *Store) PutChunk(buildID string, part, parts int, r io.Reader) (done boo
 	if s.Has(buildID) {
 		return true, nil
 	}
+	// A debug file on the server's own node beats any upload: an upload
+	// cannot squat a Build-ID the operator's system already provides.
+	if ok, err := s.FromDebugDirs(buildID); ok && err == nil {
+		return true, nil
+	}
 	s.gcStaging(false)
+	// Hold a full chunk's worth of quota and staging room before writing
+	// a byte: nothing an ingest token sends is stored uncounted.
+	if err := s.reserveStaged(s.opts.MaxChunk); err != nil {
+		return false, err
+	}
+	defer s.releaseStaged(s.opts.MaxChunk)
 	tmp, err := os.CreateTemp(s.tmpDir(), "chunk-*")
 	if err != nil {
 		return false, err
@@ -269,17 +319,18 @@ func (s *Store) PutChunk(buildID string, part, parts int, r io.Reader) (done boo
 		s.discardAll(buildID)
 		return false, fmt.Errorf("%w: upload exceeds %d bytes", ErrBadUpload, s.opts.MaxUpload)
 	}
-	if err := s.reserve(n - old); err != nil {
-		return false, err
+	// All uploads of one Build-ID (any part count) share one bound, so one
+	// id cannot hold several MaxUpload-sized stagings.
+	if idTotal, _ := dirUsage(filepath.Join(s.stagingDir(), buildID)); idTotal-old+n > s.opts.MaxStagedPerID {
+		return false, fmt.Errorf("%w: staged uploads of %s exceed %d bytes", ErrQuota, buildID, s.opts.MaxStagedPerID)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		s.reserve(old - n)
 		return false, err
 	}
 	if err := os.Rename(tmp.Name(), filepath.Join(dir, strconv.Itoa(part))); err != nil {
-		s.reserve(old - n)
 		return false, err
 	}
+	s.accountStaged(n - old) // within the MaxChunk held above
 	have[part] = n
 	if len(have) < parts {
 		return false, nil
@@ -320,7 +371,32 @@ func (s *Store) discardAll(id string) {
 	dir := filepath.Join(s.stagingDir(), id)
 	total, _ := dirUsage(dir)
 	os.RemoveAll(dir)
-	s.reserve(-total)
+	s.accountStaged(-total)
+}
+
+// reserveStaged holds n bytes of quota and of the staging bound.
+func (s *Store) reserveStaged(n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.Quota > 0 && s.used+n > s.opts.Quota {
+		return fmt.Errorf("%w: %d + %d bytes > %d", ErrQuota, s.used, n, s.opts.Quota)
+	}
+	if s.staged+n > s.opts.MaxStaged {
+		return fmt.Errorf("%w: staged uploads %d + %d bytes > %d", ErrQuota, s.staged, n, s.opts.MaxStaged)
+	}
+	s.used += n
+	s.staged += n
+	return nil
+}
+
+func (s *Store) releaseStaged(n int64) { s.accountStaged(-n) }
+
+// accountStaged adds n (negative releases) without a bound check.
+func (s *Store) accountStaged(n int64) {
+	s.mu.Lock()
+	s.used += n
+	s.staged += n
+	s.mu.Unlock()
 }
 
 // dirUsage sums file sizes under dir and finds the newest modification.
@@ -379,7 +455,10 @@ func (s *Store) install(buildID string, files ...*elf.File) error {
 	}
 	defer os.Remove(tmp.Name())
 	var buf bytes.Buffer
-	if _, err := Build(&buf, files...); err != nil {
+	s.builds <- struct{}{} // each build may hold MaxSectionBytes of DWARF
+	_, err = BuildWith(&buf, BuildOptions{MaxSectionBytes: s.opts.MaxSectionBytes}, files...)
+	<-s.builds
+	if err != nil {
 		tmp.Close()
 		return fmt.Errorf("%w: %s: %v", ErrBadUpload, buildID, err)
 	}
@@ -567,6 +646,12 @@ func (s *Store) Remove(buildID string) error {
 		return err
 	}
 	s.reserve(-fi.Size())
+	s.mu.Lock()
+	hooks := slices.Clone(s.hooks)
+	s.mu.Unlock()
+	for _, h := range hooks {
+		h(buildID)
+	}
 	return nil
 }
 

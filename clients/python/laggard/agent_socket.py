@@ -28,6 +28,11 @@ MAX_ANSWER = 64 << 10
 
 _log = logging.getLogger("laggard")
 _lock = threading.Lock()  # guards _sock, _warned, _last
+# Serialises whole exchanges: two concurrent announces must not each open a
+# connection, or the later one would close whichever socket was stored,
+# maybe the one that owns the agent's entry (it then expires while the
+# process lives).
+_send_lock = threading.Lock()
 _sock = None  # the open registration connection, kept for the process lifetime
 _warned = False
 _last = None  # (ok, error) of the last answer, for stats and tests
@@ -94,12 +99,18 @@ def _warn(fmt, *args):
 
 
 def _send(path, line):
+    with _send_lock:
+        _exchange(path, line)
+
+
+def _exchange(path, line):
     global _sock, _last
     try:
         with _lock:
             s = _sock
-            _sock = None  # taken: a concurrent announce opens its own
-        if s is None:
+            _sock = None  # taken; put back below unless the agent closed it
+        fresh = s is None
+        if fresh:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(CONNECT_TIMEOUT)
             try:
@@ -107,16 +118,20 @@ def _send(path, line):
             except Exception:
                 s.close()
                 raise
-        s.settimeout(ANSWER_TIMEOUT)
-        s.sendall(line)
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            buf += chunk
-            if len(buf) > MAX_ANSWER:
-                break
+        try:
+            s.settimeout(ANSWER_TIMEOUT)
+            s.sendall(line)
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+                if len(buf) > MAX_ANSWER:
+                    break
+        except Exception:
+            s.close()  # a half-done exchange: the next announce reconnects
+            raise
         try:
             ans = json.loads(buf.decode("utf-8", "replace") or "{}")
         except ValueError:
@@ -130,10 +145,13 @@ def _send(path, line):
             return
         if not ok:
             _warn("node agent at %s refused the registration: %s", path, err)
+            if fresh:
+                # The agent closes a connection whose first announcement it
+                # refused; nothing of ours is registered on it.
+                s.close()
+                return
         with _lock:
-            old, _sock = _sock, s  # kept open: EOF tells the agent this process is gone
-        if old is not None:
-            old.close()
+            _sock = s  # kept open: EOF tells the agent this process is gone
     except Exception as e:
         _warn("node agent socket %s: %s: %s (stack profiles of this rank will not be attributed)", path,
               type(e).__name__, e)
@@ -142,7 +160,8 @@ def _send(path, line):
 def _after_fork_in_child():
     # A forked worker (e.g. a DataLoader process) must not hold the
     # parent's registration open: close the inherited descriptor only.
-    global _sock
+    global _sock, _send_lock
+    _send_lock = threading.Lock()  # a parent thread may have held it at fork
     s, _sock = _sock, None
     if s is not None:
         try:

@@ -106,6 +106,26 @@ class AgentSocketTest(unittest.TestCase):
         self.assertIn("rank: outside", warnings[0].getMessage())
         self.assertEqual(agent_socket.last_answer(), (False, "rank: outside [0, world=2)"))
 
+    def test_concurrent_announces_share_one_connection(self):
+        # Review finding 15: announces racing each other must not open two
+        # connections and close the one that owns the agent's entry.
+        gate = threading.Event()
+
+        def slow(msg):
+            gate.wait(5)
+            return {"ok": True}
+
+        a = FakeAgent(answer=slow)
+        self.addCleanup(a.close)
+        ts = [agent_socket.announce("j", 0, 1, path=a.path) for _ in range(4)]
+        time.sleep(0.3)
+        gate.set()
+        for t in ts:
+            t.join(10)
+        self.assertEqual(len(a.lines), 4)
+        self.assertEqual(len(a.conns), 1)
+        self.assertFalse(a.eof.wait(0.3))
+
     def test_no_agent_does_not_block_or_raise(self):
         path = os.path.join(tempfile.gettempdir(), "laggard-no-agent-%d.sock" % os.getpid())
         t0 = time.monotonic()

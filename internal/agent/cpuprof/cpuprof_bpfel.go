@@ -73,6 +73,8 @@ type cpuprofPyproc struct {
 	FramePrevious     uint32
 	FrameIsEntry      uint32
 	Pad               uint32
+	NsDev             uint64
+	NsIno             uint64
 }
 
 type cpuprofUnwindRow struct {

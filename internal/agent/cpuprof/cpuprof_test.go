@@ -5,11 +5,13 @@ import (
 	"context"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -395,10 +397,15 @@ func TestDlopenPickedUp(t *testing.T) {
 		time.Sleep(600 * time.Millisecond) // after the profiler's first scan
 		in.Write([]byte("go\n"))
 	}()
-	batches, st := profile(t, Config{Hz: 199, Ratio: 1, Interval: 400 * time.Millisecond}, pid, 3*time.Second)
+	batches, st := profile(t, Config{Hz: 199, Ratio: 1, Interval: 400 * time.Millisecond}, pid, 4*time.Second)
 	libSyms, binSyms := loadSymtab(t, lib), loadSymtab(t, bin)
-	var total, hit int64
+	// The library's table is loaded at the first drain after the dlopen;
+	// on a loaded machine that takes a window or two, so the chain is
+	// judged on the windows after the first one that has it.
+	var total, hit, lastTotal, lastHit int64
+	picked := false
 	for _, b := range batches {
+		var bt, bh int64
 		for i := range b.Samples {
 			s := &b.Samples[i]
 			if s.PID != pid {
@@ -422,18 +429,26 @@ func TestDlopenPickedUp(t *testing.T) {
 			if len(names) == 0 || names[0] != "lib_inner" {
 				continue
 			}
-			total += s.Count
+			bt += s.Count
 			if hasRun(names, []string{"lib_inner", "lib_outer", "dl_caller", "main"}) {
-				hit += s.Count
+				bh += s.Count
 			}
 		}
+		total, hit = total+bt, hit+bh
+		if picked {
+			lastTotal, lastHit = lastTotal+bt, lastHit+bh
+		}
+		if bh > 0 {
+			picked = true
+		}
 	}
-	t.Logf("dlopen'ed library: chain in %d of %d samples; files %d with table %d", hit, total, st.Files, st.FilesWithTable)
-	if total < 10 {
-		t.Fatalf("only %d samples in the dlopen'ed library", total)
+	t.Logf("dlopen'ed library: chain in %d of %d samples (%d of %d after pickup); files %d with table %d",
+		hit, total, lastHit, lastTotal, st.Files, st.FilesWithTable)
+	if total < 10 || hit == 0 {
+		t.Fatalf("the chain through the dlopen'ed library never appeared (%d of %d samples)", hit, total)
 	}
-	if float64(hit) < 0.8*float64(total) {
-		t.Errorf("chain through the dlopen'ed library in %d of %d samples", hit, total)
+	if lastTotal >= 10 && float64(lastHit) < 0.8*float64(lastTotal) {
+		t.Errorf("after pickup, chain through the dlopen'ed library in %d of %d samples", lastHit, lastTotal)
 	}
 }
 
@@ -453,7 +468,38 @@ func TestPythonChain(t *testing.T) {
 	}
 	needPython311(t)
 	cmd := startChild(t, python3, "testdata/chain.py")
-	pid := cmd.Process.Pid
+	checkPythonChain(t, cmd.Process.Pid)
+}
+
+// TestPythonChainPidNamespace (review finding 4): a Python process in its
+// own pid namespace (a container) records namespace-local thread ids;
+// its frames must still be found.
+func TestPythonChainPidNamespace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("samples for seconds")
+	}
+	needPython311(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare not installed")
+	}
+	if out, err := exec.Command("unshare", "--pid", "--fork", "true").CombinedOutput(); err != nil {
+		t.Skipf("cannot create a pid namespace: %v %s", err, out)
+	}
+	cmd := startChild(t, "unshare", "--pid", "--fork", "--kill-child", python3, "testdata/chain.py")
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+	f := strings.Fields(string(b))
+	if err != nil || len(f) != 1 {
+		t.Fatalf("python child of unshare: %q, %v", b, err)
+	}
+	pid, _ := strconv.Atoi(f[0])
+	if dev, ino := foreignPidNS(pid); ino == 0 {
+		t.Fatalf("child %d is in the agent's pid namespace (dev %d)", pid, dev)
+	}
+	checkPythonChain(t, pid)
+}
+
+func checkPythonChain(t *testing.T, pid int) {
+	t.Helper()
 	batches, st := profile(t, Config{Hz: 199, Ratio: 1, Interval: 700 * time.Millisecond}, pid, 3*time.Second)
 	want := []string{"level4", "level3", "level2", "level1", "<module>"}
 	var hit, total int64
@@ -518,6 +564,11 @@ func TestDrainLosesNothing(t *testing.T) {
 			var mu sync.Mutex
 			var sum, dropped int64
 			windows := 0
+			// Run until minWin windows are out (startup scans every
+			// process's files, which on a loaded machine takes seconds),
+			// bounded by 60 s.
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
 			cfg := Config{Hz: 499, Ratio: 1, Interval: tc.interval, AllProcesses: true, MaxStacks: tc.maxStacks,
 				Emit: func(b *stack.Batch) {
 					if err := b.Validate(); err != nil {
@@ -526,14 +577,15 @@ func TestDrainLosesNothing(t *testing.T) {
 					mu.Lock()
 					defer mu.Unlock()
 					windows++
+					if windows >= tc.minWin+2 {
+						cancel()
+					}
 					dropped += b.Dropped
 					for _, s := range b.Samples {
 						sum += s.Count
 					}
 				}}
 			p := newOrSkip(t, cfg)
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
 			if err := p.Run(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -575,5 +627,57 @@ func TestParseCPUList(t *testing.T) {
 		if !tc.err && !slices.Equal(got, tc.want) {
 			t.Errorf("%q: %v want %v", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestNoCFICodeFallsBackToFP (review finding 6): a pc in code no FDE
+// covers is not the end of the stack: hybrid takes a validated FP step
+// and finds the callers; DWARF-only cannot, and marks the stack
+// truncated instead of presenting it as complete.
+func TestNoCFICodeFallsBackToFP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("samples for seconds")
+	}
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("gcc not installed")
+	}
+	bin := filepath.Join(t.TempDir(), "nocfi")
+	if out, err := exec.Command(gcc, "-O2", "-fno-omit-frame-pointer", "-o", bin, "testdata/nocfi.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	want := []string{"spin_nocfi", "outer", "main"}
+	for _, mode := range []Mode{ModeHybrid, ModeDWARFOnly} {
+		cmd := startChild(t, bin)
+		pid := cmd.Process.Pid
+		batches, st := profile(t, Config{Hz: 199, Ratio: 1, Interval: 700 * time.Millisecond, Mode: mode}, pid, 2*time.Second)
+		frac, n := chainFraction(t, batches, pid, bin, want)
+		var trunc, total int64
+		for _, b := range batches {
+			for _, s := range b.Samples {
+				if s.PID == pid && !s.Foreign {
+					total += s.Count
+					if s.Truncated {
+						trunc += s.Count
+					}
+				}
+			}
+		}
+		t.Logf("%v: chain in %.1f%% of %d samples, truncated %d; stats %+v", mode, 100*frac, n, trunc, st)
+		if n < 20 {
+			t.Fatalf("%v: only %d samples", mode, n)
+		}
+		switch mode {
+		case ModeHybrid:
+			if frac < 0.9 {
+				t.Errorf("hybrid: chain through the CFI-less function in %.1f%% of samples, want ≥ 90%%", 100*frac)
+			}
+		case ModeDWARFOnly:
+			if float64(trunc) < 0.9*float64(total) {
+				t.Errorf("dwarf-only: %d of %d stacks ending in CFI-less code marked truncated, want ≥ 90%%", trunc, total)
+			}
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
 	}
 }

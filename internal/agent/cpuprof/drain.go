@@ -337,8 +337,14 @@ func (bd *builder) comm(pid int, fallback string) string {
 // the Python frames stitched in place of each native eval-loop frame.
 func (bd *builder) frames(s *stack.Sample, k cpuprofCountKey) {
 	ips := bd.kstacks[k.Kstack]
-	if k.Kstack < 0 {
+	switch {
+	case k.Kstack == -14: // -EFAULT: sampled in user mode, no kernel stack
 		ips = nil
+	case k.Kstack < 0 || len(ips) == 0:
+		// The kernel stack was lost (stack map full, bucket collision):
+		// what is left is not the whole stack.
+		ips = nil
+		s.Truncated = true
 	}
 	us := bd.ustacks[k.Uhash]
 	if us != nil {
@@ -356,11 +362,11 @@ func (bd *builder) frames(s *stack.Sample, k cpuprofCountKey) {
 	if k.Uhash == 0 {
 		return
 	}
-	if us == nil {
+	if us == nil { // uhashDropped, or lost with its map
 		s.Truncated = true
 		return
 	}
-	s.Truncated = us.Flags&ufTruncated != 0
+	s.Truncated = s.Truncated || us.Flags&ufTruncated != 0
 	ps := bd.p.state.lookup(s.PID, bd.procs)
 	n := min(int(us.N), len(us.Pcs))
 	npy := min(int(us.Npy), len(us.Py))

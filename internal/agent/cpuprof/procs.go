@@ -54,6 +54,8 @@ type fileInfo struct {
 	buildID string
 	loads   []*elf.Prog // PT_LOAD headers (elfinfo.Normalize needs only these)
 	err     error       // the file could not be opened or parsed
+	fails   int         // consecutive failed opens
+	retryAt time.Time   // after a failure: when to open it again
 	tried   bool        // table compiled (or given up)
 	table   bool
 	py      *pyFile
@@ -198,7 +200,7 @@ func (t *tracker) refresh(ps *procState) {
 	ps.py = nil
 	for _, rm := range ps.maps {
 		if rm.f != nil && rm.f.py != nil {
-			ps.py = &pyProc{file: rm.f, bias: rm.bias, runtime: rm.f.py.runtime + rm.bias}
+			ps.py = newPyProc(ps.pid, rm.f, rm.bias)
 			break
 		}
 	}
@@ -235,8 +237,8 @@ func (t *tracker) resolve(pid int, all []procmaps.Mapping, withTables bool) (out
 		if m.File() {
 			f := t.file(pid, m)
 			if f.err == nil {
-				if v, err := elfinfo.Normalize(&elf.File{Progs: f.loads}, m, m.Start); err == nil {
-					rm.f, rm.bias = f, m.Start-v
+				if bias, err := elfinfo.LoadBias(f.loads, m); err == nil {
+					rm.f, rm.bias = f, bias
 					if withTables && t.p.cfg.Mode != ModeFPOnly {
 						t.loadTable(pid, m, f)
 						pending = pending || !f.tried
@@ -255,20 +257,29 @@ func (t *tracker) resolve(pid int, all []procmaps.Mapping, withTables bool) (out
 // namespace) the first time.
 func (t *tracker) file(pid int, m procmaps.Mapping) *fileInfo {
 	k := fileKey{m.Dev, m.Inode, m.Path}
-	if f := t.files[k]; f != nil {
+	f := t.files[k]
+	if f != nil && (f.err == nil || time.Now().Before(f.retryAt)) {
 		return f
 	}
-	f := &fileInfo{path: m.Path}
-	t.files[k] = f
-	t.mu.Lock()
-	t.nFiles++
-	t.mu.Unlock()
+	if f == nil {
+		f = &fileInfo{path: m.Path}
+		t.files[k] = f
+		t.mu.Lock()
+		t.nFiles++
+		t.mu.Unlock()
+	}
+	// A failure (the process exited before map_files was read, a
+	// transient error) is retried with backoff rather than kept: the
+	// same file is mapped by live ranks too (review finding 5).
 	ef, closer, err := openMapped(pid, m)
 	if err != nil {
 		f.err = err
+		f.fails++
+		f.retryAt = time.Now().Add(openBackoff(f.fails))
 		return f
 	}
 	defer closer.Close()
+	f.err, f.fails, f.loads = nil, 0, nil
 	for _, pr := range ef.Progs {
 		if pr.Type == elf.PT_LOAD {
 			pr2 := &elf.Prog{ProgHeader: pr.ProgHeader}
@@ -280,10 +291,25 @@ func (t *tracker) file(pid int, m procmaps.Mapping) *fileInfo {
 	return f
 }
 
+// openBackoff is the wait before opening a file again after n failures:
+// 1 s doubling up to 5 minutes.
+func openBackoff(n int) time.Duration {
+	d := time.Second
+	for i := 1; i < n && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+// openMapped opens the file behind m: the exact mapped inode through
+// /proc/pid/map_files, else the path confined to the process's root.
+// Either way only a regular file, without blocking: the path is the
+// process's to choose, and a FIFO there must not wedge the profiler
+// goroutine (review finding 2).
 func openMapped(pid int, m procmaps.Mapping) (*elf.File, *os.File, error) {
-	fh, err := os.Open(fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.Limit))
+	fh, err := elfinfo.OpenProc(fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.Limit))
 	if err != nil {
-		if fh, err = os.Open(fmt.Sprintf("/proc/%d/root%s", pid, m.Path)); err != nil {
+		if fh, err = elfinfo.OpenInRoot(fmt.Sprintf("/proc/%d/root", pid), m.Path, false); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -415,7 +441,7 @@ func (t *tracker) lookup(pid int, cache map[int]*procState) *procState {
 		ps.maps, _ = t.resolve(pid, all, false)
 		for _, rm := range ps.maps {
 			if rm.f != nil && rm.f.py != nil {
-				ps.py = &pyProc{file: rm.f, bias: rm.bias, runtime: rm.f.py.runtime + rm.bias}
+				ps.py = newPyProc(ps.pid, rm.f, rm.bias)
 				break
 			}
 		}

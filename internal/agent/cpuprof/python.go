@@ -7,6 +7,8 @@ import (
 	"os"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 // CPython 3.11 x86-64 layouts (Include/internal/pycore_runtime.h,
@@ -57,13 +59,36 @@ type pyProc struct {
 	file    *fileInfo
 	bias    uint64
 	runtime uint64 // runtime address of _PyRuntime
+	// The process's pid namespace when it is not the agent's: CPython's
+	// native_thread_id is the namespace-local tid (containers).
+	nsDev, nsIno uint64
+}
+
+func newPyProc(pid int, f *fileInfo, bias uint64) *pyProc {
+	pp := &pyProc{file: f, bias: bias, runtime: f.py.runtime + bias}
+	pp.nsDev, pp.nsIno = foreignPidNS(pid)
+	return pp
+}
+
+// foreignPidNS returns the nsfs (dev, inode) of pid's pid namespace, or
+// zeros when it is the agent's own (or unreadable: host tids are tried).
+func foreignPidNS(pid int) (dev, ino uint64) {
+	var self, st unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &self) != nil || unix.Stat(fmt.Sprintf("/proc/%d/ns/pid", pid), &st) != nil {
+		return 0, 0
+	}
+	if st.Dev == self.Dev && st.Ino == self.Ino {
+		return 0, 0
+	}
+	return st.Dev, st.Ino
 }
 
 func (pp *pyProc) bpfValue() *cpuprofPyproc {
 	o := py311
 	return &cpuprofPyproc{Runtime: pp.runtime, RtInterpHead: o.rtInterpHead, InterpThreadsHead: o.interpThreadsHead,
 		TsNext: o.tsNext, TsNativeTid: o.tsNativeTID, TsCframe: o.tsCframe, CframeCurrent: o.cframeCurrent,
-		FrameCode: o.frameCode, FramePrevious: o.framePrevious, FrameIsEntry: o.frameIsEntry}
+		FrameCode: o.frameCode, FramePrevious: o.framePrevious, FrameIsEntry: o.frameIsEntry,
+		NsDev: pp.nsDev, NsIno: pp.nsIno}
 }
 
 // detectPython finds CPython 3.11's _PyRuntime and eval loop in f's

@@ -208,3 +208,32 @@ func TestStitch(t *testing.T) {
 		t.Errorf("addresses %#x %#x", s.Frames[0].Addr, s.Frames[3].Addr)
 	}
 }
+
+// TestLostStacksTruncated (review finding 11): a kernel stack the stack
+// map could not keep, or a user stack the ustacks map dropped (uhash 2),
+// makes the sample truncated instead of looking complete.
+func TestLostStacksTruncated(t *testing.T) {
+	p := &Profiler{cfg: Config{Hz: 99, Ratio: 0.1}, ksyms: &kallsyms{hidden: true}}
+	p.cfg.fill()
+	p.state = newTracker(p)
+	bd := &builder{p: p, b: &stack.Batch{}, mapIdx: map[mapKey]int32{}, procs: map[int]*procState{},
+		pyNames: map[[2]uint64]pyName{}, rankOf: map[int]rankAns{}, ustacks: map[uint64]*cpuprofUstack{},
+		kstacks: map[int32][]uint64{5: {0xffffffff81000010}}}
+	for _, tc := range []struct {
+		name  string
+		k     cpuprofCountKey
+		trunc bool
+	}{
+		{"kernel stack kept, no user stack", cpuprofCountKey{Pid: 1 << 30, Kstack: 5}, false},
+		{"user mode, no kernel stack", cpuprofCountKey{Pid: 1 << 30, Kstack: -14}, false},
+		{"kernel stack lost (-EEXIST)", cpuprofCountKey{Pid: 1 << 30, Kstack: -17}, true},
+		{"kernel stack lost (-ENOMEM)", cpuprofCountKey{Pid: 1 << 30, Kstack: -12}, true},
+		{"user stack dropped", cpuprofCountKey{Pid: 1 << 30, Kstack: 5, Uhash: 2}, true},
+	} {
+		s := stack.Sample{PID: 1 << 30}
+		bd.frames(&s, tc.k)
+		if s.Truncated != tc.trunc {
+			t.Errorf("%s: truncated %v, want %v", tc.name, s.Truncated, tc.trunc)
+		}
+	}
+}

@@ -14,9 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/laggard-dev/laggard/internal/agent/procmaps"
@@ -163,56 +161,32 @@ func DebugLink(f *elf.File) (name string, crc uint32, ok bool, err error) {
 	return name, f.ByteOrder.Uint32(b[c:]), true, nil
 }
 
-// FileCRC is the .gnu_debuglink checksum (CRC-32, IEEE, as zlib's crc32).
-func FileCRC(path string) (uint32, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return 0, err
+// LoadBias returns the load bias of mapping m of a file with program
+// headers progs (ELF vaddr = runtime address − bias). It comes from the
+// executable PT_LOAD that overlaps the mapping's file range, not from
+// the mapping's first byte: with a read-only first segment (lld's
+// default, GNU ld's -z separate-code) an executable mapping starts at a
+// file offset that lies in the R segment, whose vaddr−offset differs.
+// Falls back to any PT_LOAD overlapping the range.
+func LoadBias(progs []*elf.Prog, m procmaps.Mapping) (uint64, error) {
+	if m.Limit <= m.Start {
+		return 0, fmt.Errorf("empty mapping [%#x,%#x)", m.Start, m.Limit)
 	}
-	defer fh.Close()
-	h := crc32.NewIEEE()
-	if _, err := io.Copy(h, fh); err != nil {
-		return 0, err
-	}
-	return h.Sum32(), nil
-}
-
-// DebugFile finds the separate debug file of the ELF at path (already
-// opened as f) under debugRoot ("/usr/lib/debug"): first by Build-ID,
-// then by .gnu_debuglink in the places GDB looks (next to the file, in
-// its .debug/ subdirectory, under debugRoot + its directory), accepting
-// a debuglink candidate only if its CRC matches. "" when none exists.
-func DebugFile(path string, f *elf.File, debugRoot string) (string, error) {
-	id, err := BuildID(f)
-	if err != nil {
-		return "", err
-	}
-	if id != "" {
-		if p, err := BuildIDPath(debugRoot, id); err == nil && isFile(p) {
-			return p, nil
-		}
-	}
-	name, crc, ok, err := DebugLink(f)
-	if err != nil || !ok {
-		return "", err
-	}
-	dir := filepath.Dir(path)
-	for _, cand := range []string{
-		filepath.Join(dir, name),
-		filepath.Join(dir, ".debug", name),
-		filepath.Join(debugRoot, dir, name),
-	} {
-		if cand == path || !isFile(cand) {
+	lo, hi := m.Offset, m.Offset+(m.Limit-m.Start)
+	var fallback *elf.Prog
+	for _, p := range progs {
+		if p.Type != elf.PT_LOAD || p.Filesz == 0 || p.Off >= hi || p.Off+p.Filesz <= lo {
 			continue
 		}
-		if got, err := FileCRC(cand); err == nil && got == crc {
-			return cand, nil
+		if p.Flags&elf.PF_X != 0 {
+			return (m.Start - m.Offset) - (p.Vaddr - p.Off), nil
+		}
+		if fallback == nil {
+			fallback = p
 		}
 	}
-	return "", nil
-}
-
-func isFile(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
+	if fallback != nil {
+		return (m.Start - m.Offset) - (fallback.Vaddr - fallback.Off), nil
+	}
+	return 0, fmt.Errorf("file range [%#x,%#x) of %s in no PT_LOAD segment", lo, hi, m.Path)
 }

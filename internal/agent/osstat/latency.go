@@ -75,3 +75,45 @@ func quantile(counts []uint64, q float64) (float64, bool) {
 	}
 	return 0, false
 }
+
+// slotTable hands out the MAX_SLOTS histogram slots of bpf/schedlat.c to
+// ranks, reusing the slots of ranks that are gone.
+type slotTable struct {
+	ids  map[int]uint32 // rank → slot
+	free []uint32       // released slots
+	next uint32         // slots [0, next) were handed out at least once
+}
+
+// assign releases the slots of ranks not in active and gives every
+// active rank a slot. fresh lists the slots newly given out that were
+// used before (their histogram must be zeroed); full reports a rank left
+// without one.
+func (t *slotTable) assign(active map[int]bool) (fresh []uint32, full bool) {
+	if t.ids == nil {
+		t.ids = map[int]uint32{}
+	}
+	for r, s := range t.ids {
+		if !active[r] {
+			delete(t.ids, r)
+			t.free = append(t.free, s)
+		}
+	}
+	for r := range active {
+		if _, ok := t.ids[r]; ok {
+			continue
+		}
+		switch {
+		case len(t.free) > 0:
+			s := t.free[len(t.free)-1]
+			t.free = t.free[:len(t.free)-1]
+			t.ids[r] = s
+			fresh = append(fresh, s)
+		case t.next < maxSlots:
+			t.ids[r] = t.next
+			t.next++
+		default:
+			full = true
+		}
+	}
+	return fresh, full
+}

@@ -21,7 +21,7 @@ type bpfLatency struct {
 	objs    schedlatObjects
 	links   []link.Link
 	log     *slog.Logger
-	slots   map[int]uint32    // rank → histogram slot (never reused)
+	slots   slotTable         // rank → histogram slot
 	tracked map[uint32]uint32 // tgid → slot as written to the map
 	prev    map[uint32][]uint64
 	full    bool
@@ -34,7 +34,7 @@ func openLatency(root string, log *slog.Logger) (latencySource, string) {
 	// Kernels ≥ 5.11 account BPF memory to the cgroup; without
 	// CAP_SYS_RESOURCE this fails and is not needed there.
 	_ = rlimit.RemoveMemlock()
-	l := &bpfLatency{log: log, slots: map[int]uint32{}, tracked: map[uint32]uint32{}, prev: map[uint32][]uint64{}}
+	l := &bpfLatency{log: log, tracked: map[uint32]uint32{}, prev: map[uint32][]uint64{}}
 	if err := loadSchedlatObjects(&l.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -63,25 +63,43 @@ func (l *bpfLatency) Close() error {
 	return errors.Join(errs...)
 }
 
-// sync makes the tracked map hold exactly ranks' pids.
+// sync makes the tracked map hold exactly ranks' pids. Slots of ranks
+// no longer present are handed to new ranks (zeroed first), so a
+// long-lived agent keeps measuring new jobs (MAX_SLOTS is 256).
 func (l *bpfLatency) sync(ranks map[int]int) error {
-	want := map[uint32]uint32{}
-	for pid, rank := range ranks {
-		s, ok := l.slots[rank]
-		if !ok {
-			if len(l.slots) >= maxSlots {
-				if !l.full {
-					l.full = true
-					l.log.Warn("osstat: sched latency slots exhausted; further ranks not tracked", "slots", maxSlots)
-				}
-				continue
+	for tgid := range l.tracked {
+		if _, ok := ranks[int(tgid)]; !ok {
+			if err := l.objs.Tracked.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("untracking pid %d: %w", tgid, err)
 			}
-			s = uint32(len(l.slots))
-			l.slots[rank] = s
+			delete(l.tracked, tgid)
 		}
-		want[uint32(pid)] = s
 	}
-	for tgid, s := range want {
+	active := map[int]bool{}
+	for _, r := range ranks {
+		active[r] = true
+	}
+	fresh, full := l.slots.assign(active)
+	if full && !l.full {
+		l.full = true
+		l.log.Warn("osstat: sched latency slots exhausted; further ranks not tracked", "slots", maxSlots)
+	}
+	for _, s := range fresh {
+		var zero schedlatHist
+		if err := l.objs.Hists.Put(s, &zero); err != nil {
+			return fmt.Errorf("zeroing histogram: %w", err)
+		}
+		if err := l.objs.Maxns.Put(s, uint64(0)); err != nil {
+			return fmt.Errorf("zeroing max: %w", err)
+		}
+		delete(l.prev, s)
+	}
+	for pid, rank := range ranks {
+		s, ok := l.slots.ids[rank]
+		if !ok {
+			continue
+		}
+		tgid := uint32(pid)
 		if cur, ok := l.tracked[tgid]; ok && cur == s {
 			continue
 		}
@@ -89,14 +107,6 @@ func (l *bpfLatency) sync(ranks map[int]int) error {
 			return fmt.Errorf("tracking pid %d: %w", tgid, err)
 		}
 		l.tracked[tgid] = s
-	}
-	for tgid := range l.tracked {
-		if _, ok := want[tgid]; !ok {
-			if err := l.objs.Tracked.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("untracking pid %d: %w", tgid, err)
-			}
-			delete(l.tracked, tgid)
-		}
 	}
 	return nil
 }
@@ -111,7 +121,7 @@ func (l *bpfLatency) Drain(ranks map[int]int) ([]osstat.Point, error) {
 	}
 	var pts []osstat.Point
 	var h schedlatHist
-	for rank, s := range l.slots {
+	for rank, s := range l.slots.ids {
 		if err := l.objs.Hists.Lookup(s, &h); err != nil {
 			return nil, fmt.Errorf("reading histogram: %w", err)
 		}

@@ -117,3 +117,48 @@ func TestLiveSchedLatency(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotTableReuse (review finding 8): over an agent's life far more
+// ranks than MAX_SLOTS come and go; slots of gone ranks are reused (and
+// reported for zeroing), so new jobs keep being measured.
+func TestSlotTableReuse(t *testing.T) {
+	var st slotTable
+	seen := map[uint32]bool{}
+	for job := 0; job < 100; job++ { // 100 eight-rank jobs, one after another
+		active := map[int]bool{}
+		for r := 0; r < 8; r++ {
+			active[job*8+r] = true
+		}
+		fresh, full := st.assign(active)
+		if full {
+			t.Fatalf("job %d: slots exhausted with only 8 ranks present", job)
+		}
+		used := map[uint32]bool{}
+		for r := range active {
+			s, ok := st.ids[r]
+			if !ok || s >= maxSlots || used[s] {
+				t.Fatalf("job %d rank %d: slot %d ok=%v (dup %v)", job, r, s, ok, used[s])
+			}
+			used[s] = true
+		}
+		for _, s := range fresh {
+			if !seen[s] {
+				t.Fatalf("slot %d reported fresh but never used before", s)
+			}
+		}
+		if job > 0 && len(fresh) != 8 {
+			t.Fatalf("job %d: %d reused slots reported, want 8", job, len(fresh))
+		}
+		for s := range used {
+			seen[s] = true
+		}
+	}
+	// More ranks at once than slots: the rest are reported, not aliased.
+	active := map[int]bool{}
+	for r := 0; r < maxSlots+3; r++ {
+		active[10000+r] = true
+	}
+	if _, full := st.assign(active); !full || len(st.ids) != maxSlots {
+		t.Fatalf("full=%v, %d slots; want full with %d", full, len(st.ids), maxSlots)
+	}
+}

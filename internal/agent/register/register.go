@@ -60,7 +60,10 @@ const (
 	MaxHostLen  = 255
 	MaxWorld    = collective.MaxCommSize
 	FileMode    = 0o666
-	helloTimout = 10 * time.Second // first line must arrive within this
+	helloTimout = 10 * time.Second // every line before the first accepted one must arrive within this
+	// MaxConnsPerUID bounds one user's connections, so one local user
+	// cannot hold every slot and lock out other users' trainers.
+	MaxConnsPerUID = 256
 )
 
 // Registration is one announced training process.
@@ -83,9 +86,9 @@ type Server struct {
 	// proc is the procfs root used to resolve tgids and NSpids
 	// (tests point it at a fake tree).
 	proc string
-	// peer returns the connection's peer pid (SO_PEERCRED); tests may
-	// replace it.
-	peer func(*net.UnixConn) (int, error)
+	// peer returns the connection's peer credentials (SO_PEERCRED);
+	// tests may replace it.
+	peer func(*net.UnixConn) (cred, error)
 	now  func() time.Time
 
 	mu      sync.Mutex
@@ -93,12 +96,17 @@ type Server struct {
 	tgid    map[int]int    // tid → tgid cache (−1: not a registered process's thread)
 	tgidAt  time.Time      // when the cache was last cleared (ids get reused)
 	conns   int
+	byUID   map[uint32]int // open connections per peer uid
+	perUID  int            // MaxConnsPerUID (tests lower it)
+	hello   time.Duration  // helloTimout (tests shorten it)
 	closing bool
 	wg      sync.WaitGroup
 }
 
 type entry struct {
 	reg    Registration
+	uid    uint32    // peer uid that registered it
+	start  uint64    // process start time (/proc/pid/stat field 22), 0 unknown
 	conn   uint64    // connection that owns it
 	goneAt time.Time // zero while connected
 }
@@ -140,8 +148,8 @@ func Listen(path string, log *slog.Logger) (*Server, error) {
 	}
 	return &Server{
 		ln: ln, path: path, log: log, grace: 30 * time.Second, proc: "/proc",
-		peer: peerPID, now: time.Now,
-		regs: map[int]*entry{}, tgid: map[int]int{},
+		peer: peerCred, now: time.Now,
+		regs: map[int]*entry{}, tgid: map[int]int{}, byUID: map[uint32]int{}, perUID: MaxConnsPerUID, hello: helloTimout,
 	}, nil
 }
 
@@ -190,14 +198,26 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.wg.Wait()
 			return fmt.Errorf("register: accept: %w", err)
 		}
+		pc, err := s.peer(c)
+		if err != nil {
+			writeAnswer(c, fmt.Errorf("agent: no peer credentials: %v", err))
+			c.Close()
+			continue
+		}
 		s.mu.Lock()
-		full := s.conns >= MaxConns
-		if !full {
+		var refuse error
+		switch {
+		case s.conns >= MaxConns:
+			refuse = fmt.Errorf("agent: too many connections (%d)", MaxConns)
+		case s.byUID[pc.uid] >= s.perUID:
+			refuse = fmt.Errorf("agent: too many connections of uid %d (%d)", pc.uid, s.perUID)
+		default:
 			s.conns++
+			s.byUID[pc.uid]++
 		}
 		s.mu.Unlock()
-		if full {
-			writeAnswer(c, fmt.Errorf("agent: too many connections (%d)", MaxConns))
+		if refuse != nil {
+			writeAnswer(c, refuse)
 			c.Close()
 			continue
 		}
@@ -206,17 +226,20 @@ func (s *Server) Serve(ctx context.Context) error {
 		conns[c] = true
 		cmu.Unlock()
 		s.wg.Add(1)
-		go func(c *net.UnixConn, id uint64) {
+		go func(c *net.UnixConn, id uint64, pc cred) {
 			defer s.wg.Done()
-			s.handle(c, id)
+			s.handle(c, id, pc)
 			cmu.Lock()
 			delete(conns, c)
 			cmu.Unlock()
 			c.Close()
 			s.mu.Lock()
 			s.conns--
+			if s.byUID[pc.uid]--; s.byUID[pc.uid] <= 0 {
+				delete(s.byUID, pc.uid)
+			}
 			s.mu.Unlock()
-		}(c, id)
+		}(c, id, pc)
 	}
 }
 
@@ -246,21 +269,47 @@ func (s *Server) expire() {
 		s.tgidAt = now
 	}
 	for pid, e := range s.regs {
-		if !e.goneAt.IsZero() && now.Sub(e.goneAt) >= s.grace {
+		if !e.goneAt.IsZero() && (now.Sub(e.goneAt) >= s.grace || s.reused(pid, e)) {
 			delete(s.regs, pid)
 			clear(s.tgid)
 		}
 	}
 }
 
-func (s *Server) handle(c *net.UnixConn, id uint64) {
-	peer, err := s.peer(c)
-	if err != nil {
-		writeAnswer(c, fmt.Errorf("agent: no peer credentials: %v", err))
-		return
+// reused reports whether the pid of an entry in its grace period now
+// belongs to another process (same pid, other start time): its samples
+// and OS points must not be attributed to the rank. s.mu is held.
+func (s *Server) reused(pid int, e *entry) bool {
+	if e.goneAt.IsZero() || e.start == 0 {
+		return false
 	}
+	st, ok := s.readStart(pid)
+	return ok && st != e.start
+}
+
+// readStart returns field 22 (starttime) of /proc/<pid>/stat.
+func (s *Server) readStart(pid int) (uint64, bool) {
+	b, err := os.ReadFile(filepath.Join(s.proc, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')') // comm may hold spaces and parens
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 { // fields 3.. after the comm; starttime is field 22
+		return 0, false
+	}
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	return v, err == nil && v > 0
+}
+
+func (s *Server) handle(c *net.UnixConn, id uint64, pc cred) {
+	peer := pc.pid
 	r := bufio.NewReaderSize(c, 4096)
 	var owned int // tgid this connection registered
+	helloBy := time.Now().Add(s.hello)
 	defer func() {
 		if owned == 0 {
 			return
@@ -272,9 +321,13 @@ func (s *Server) handle(c *net.UnixConn, id uint64) {
 		s.mu.Unlock()
 		s.log.Debug("registration connection closed", "pid", owned)
 	}()
-	for first := true; ; first = false {
-		if first {
-			c.SetReadDeadline(time.Now().Add(helloTimout))
+	for {
+		// Until a registration is accepted, reads share one deadline
+		// from the connect (blank lines buy no time); after that the
+		// client keeps the connection open and silent (EOF = process
+		// gone), which the per-uid cap bounds.
+		if owned == 0 {
+			c.SetReadDeadline(helloBy)
 		} else {
 			c.SetReadDeadline(time.Time{})
 		}
@@ -295,23 +348,50 @@ func (s *Server) handle(c *net.UnixConn, id uint64) {
 		if err == nil && owned != 0 && reg.PID != owned {
 			err = fmt.Errorf("pid: connection already registered pid %d", owned)
 		}
+		s.mu.Lock()
+		if err == nil {
+			err = s.claimable(reg, pc.uid)
+		}
+		if err == nil {
+			st, _ := s.readStart(reg.PID)
+			s.regs[reg.PID] = &entry{reg: reg, uid: pc.uid, start: st, conn: id}
+			clear(s.tgid)
+		}
+		s.mu.Unlock()
 		if err != nil {
-			s.log.Info("registration refused", "peer", peer, "err", err)
-			if writeAnswer(c, err) != nil {
-				return
+			s.log.Info("registration refused", "peer", peer, "uid", pc.uid, "err", err)
+			writeAnswer(c, err)
+			if owned == 0 {
+				return // a refused hello: close, so garbage cannot hold a slot
 			}
 			continue
 		}
-		s.mu.Lock()
-		s.regs[reg.PID] = &entry{reg: reg, conn: id}
-		clear(s.tgid)
-		s.mu.Unlock()
 		owned = reg.PID
 		s.log.Info("rank registered", "pid", reg.PID, "job", reg.Job, "rank", reg.Rank, "world", reg.World)
 		if writeAnswer(c, nil) != nil {
 			return
 		}
 	}
+}
+
+// claimable refuses a registration of a (job, rank) that another uid's
+// live process holds, so one local user cannot poison another user's
+// job (its stacks, OS points and GPU attribution). s.mu is held.
+func (s *Server) claimable(reg Registration, uid uint32) error {
+	for pid, e := range s.regs {
+		if pid == reg.PID || e.uid == uid || e.reg.Job != reg.Job || e.reg.Rank != reg.Rank {
+			continue
+		}
+		if e.goneAt.IsZero() || s.alive(pid) {
+			return fmt.Errorf("job %q rank %d: held by pid %d of another user", reg.Job, reg.Rank, pid)
+		}
+	}
+	return nil
+}
+
+func (s *Server) alive(pid int) bool {
+	_, err := os.Stat(filepath.Join(s.proc, strconv.Itoa(pid)))
+	return err == nil
 }
 
 var errLong = fmt.Errorf("line: longer than %d bytes", MaxLine)
@@ -420,14 +500,21 @@ func (s *Server) Lookup(pid int) (Registration, bool) {
 	}
 	s.mu.Lock()
 	if e := s.regs[pid]; e != nil {
+		if s.reused(pid, e) {
+			delete(s.regs, pid)
+			clear(s.tgid)
+			s.mu.Unlock()
+			return Registration{}, false
+		}
 		s.mu.Unlock()
 		return e.reg, true
 	}
 	tg, cached := s.tgid[pid]
 	if cached {
 		e := s.regs[tg]
+		gone := e != nil && s.reused(tg, e)
 		s.mu.Unlock()
-		if e == nil {
+		if e == nil || gone {
 			return Registration{}, false
 		}
 		return e.reg, true
@@ -447,7 +534,7 @@ func (s *Server) Lookup(pid int) (Registration, bool) {
 		clear(s.tgid)
 	}
 	s.tgid[pid] = tg
-	if e := s.regs[tg]; e != nil {
+	if e := s.regs[tg]; e != nil && !s.reused(tg, e) {
 		return e.reg, true
 	}
 	return Registration{}, false
@@ -562,27 +649,33 @@ func Decode(line []byte) (Registration, error) {
 	return reg, nil
 }
 
-// peerPID reads SO_PEERCRED: the peer's process (thread-group) id as seen
-// in the agent's pid namespace.
-func peerPID(c *net.UnixConn) (int, error) {
+// cred is a connection's peer (SO_PEERCRED).
+type cred struct {
+	pid int // thread-group id in the agent's pid namespace
+	uid uint32
+}
+
+// peerCred reads SO_PEERCRED: the peer's process (thread-group) id as
+// seen in the agent's pid namespace, and its uid.
+func peerCred(c *net.UnixConn) (cred, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return 0, err
+		return cred{}, err
 	}
 	var (
-		cred *syscall.Ucred
+		uc   *syscall.Ucred
 		cerr error
 	)
 	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+		uc, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return cred{}, err
 	}
 	if cerr != nil {
-		return 0, cerr
+		return cred{}, cerr
 	}
-	if cred.Pid <= 0 {
-		return 0, errors.New("peer has no pid in this namespace")
+	if uc.Pid <= 0 {
+		return cred{}, errors.New("peer has no pid in this namespace")
 	}
-	return int(cred.Pid), nil
+	return cred{pid: int(uc.Pid), uid: uc.Uid}, nil
 }

@@ -16,10 +16,19 @@ import (
 
 func start(t *testing.T) (*Server, string) {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith lets a test configure the server before Serve runs.
+func startWith(t *testing.T, setup func(*Server)) (*Server, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "sub", "agent.sock")
 	s, err := Listen(path, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -142,7 +151,6 @@ func TestRegisterLookupAndExpire(t *testing.T) {
 
 func TestRefusals(t *testing.T) {
 	_, path := start(t)
-	c, r := dial(t, path)
 	me := os.Getpid()
 	cases := []struct{ line, field string }{
 		{`not json`, "line:"},
@@ -160,10 +168,109 @@ func TestRefusals(t *testing.T) {
 		{`{"v":1,"pid":1,"job":"j","rank":0,"world":1}`, "pid:"},
 	}
 	for _, tc := range cases {
+		c, r := dial(t, path) // a refused hello closes the connection
 		a := send(t, c, r, tc.line)
 		if a.OK || !strings.HasPrefix(a.Error, tc.field) {
 			t.Errorf("%s: got %+v, want error on %s", tc.line, a, tc.field)
 		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := r.ReadByte(); err == nil {
+			t.Errorf("%s: connection left open after a refused hello", tc.line)
+		}
+	}
+}
+
+// TestIdleBeforeRegistrationClosed (review finding 7): every line before
+// an accepted registration has a deadline.
+func TestIdleBeforeRegistrationClosed(t *testing.T) {
+	const hello = 300 * time.Millisecond
+	_, path := startWith(t, func(s *Server) { s.hello = hello })
+	c, r := dial(t, path)
+	start := time.Now()
+	go func() { // blank lines do not buy time
+		for i := 0; i < 20; i++ {
+			if _, err := fmt.Fprint(c, "\n"); err != nil {
+				return
+			}
+			time.Sleep(hello / 3)
+		}
+	}()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.ReadByte(); err == nil {
+		t.Fatal("got bytes, want the connection closed")
+	} else if d := time.Since(start); d > 6*hello {
+		t.Fatalf("closed after %v (err %v), want about %v", d, err, hello)
+	}
+}
+
+// TestPerUIDConnectionCap (review finding 7): one uid cannot hold every
+// connection.
+func TestPerUIDConnectionCap(t *testing.T) {
+	uid := uint32(1000)
+	var mu sync.Mutex
+	_, path := startWith(t, func(s *Server) {
+		s.perUID = 2
+		s.peer = func(*net.UnixConn) (cred, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return cred{pid: os.Getpid(), uid: uid}, nil
+		}
+	})
+	line := fmt.Sprintf(`{"v":1,"pid":%d,"job":"j","rank":0,"world":1}`, os.Getpid())
+	for i := 0; i < 2; i++ {
+		c, r := dial(t, path)
+		if a := send(t, c, r, line); !a.OK {
+			t.Fatalf("connection %d refused: %+v", i, a)
+		}
+	}
+	c, r := dial(t, path)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, _ := r.ReadBytes('\n'); !strings.Contains(string(b), "too many connections of uid 1000") {
+		t.Fatalf("third connection of uid 1000: %q", b)
+	}
+	mu.Lock()
+	uid = 1001
+	mu.Unlock()
+	c, r = dial(t, path)
+	if a := send(t, c, r, line); !a.OK {
+		t.Fatalf("another uid refused: %+v", a)
+	}
+}
+
+// TestJobRankOfAnotherUserRefused (review finding 7): a registration of a
+// (job, rank) that another uid's live process holds is refused.
+func TestJobRankOfAnotherUserRefused(t *testing.T) {
+	var mu sync.Mutex
+	uid := uint32(1000)
+	s, path := startWith(t, func(s *Server) {
+		s.peer = func(*net.UnixConn) (cred, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return cred{pid: os.Getpid(), uid: uid}, nil
+		}
+	})
+	// pid 1 (alive) holds job j rank 0 for uid 1000.
+	s.mu.Lock()
+	s.regs[1] = &entry{reg: Registration{PID: 1, Job: "j", Rank: 0, World: 2}, uid: 1000, conn: 1 << 40}
+	s.mu.Unlock()
+	mu.Lock()
+	uid = 1001
+	mu.Unlock()
+	c, r := dial(t, path)
+	a := send(t, c, r, fmt.Sprintf(`{"v":1,"pid":%d,"job":"j","rank":0,"world":2}`, os.Getpid()))
+	if a.OK || !strings.Contains(a.Error, "another user") {
+		t.Fatalf("uid 1001 claiming uid 1000's rank: %+v", a)
+	}
+	c, r = dial(t, path)
+	if a := send(t, c, r, fmt.Sprintf(`{"v":1,"pid":%d,"job":"j","rank":1,"world":2}`, os.Getpid())); !a.OK {
+		t.Fatalf("a free rank refused: %+v", a)
+	}
+	mu.Lock()
+	uid = 1000
+	mu.Unlock()
+	c, r = dial(t, path)
+	if a := send(t, c, r, fmt.Sprintf(`{"v":1,"pid":%d,"job":"j","rank":0,"world":2}`, os.Getpid())); !a.OK {
+		t.Fatalf("the same uid re-registering its rank refused: %+v", a)
 	}
 }
 
@@ -293,5 +400,54 @@ func BenchmarkLookup(b *testing.B) {
 		for _, p := range pids {
 			s.Lookup(p)
 		}
+	}
+}
+
+// TestPidReuseDuringGrace (review finding 14): an entry kept for the
+// grace period after its connection closed is not handed to a new
+// process that got the same pid (other start time).
+func TestPidReuseDuringGrace(t *testing.T) {
+	s, path := start(t)
+	me := os.Getpid()
+	c, r := dial(t, path)
+	if a := send(t, c, r, fmt.Sprintf(`{"v":1,"pid":%d,"job":"j","rank":1,"world":2}`, me)); !a.OK {
+		t.Fatalf("refused: %+v", a)
+	}
+	s.mu.Lock()
+	st := s.regs[me].start
+	s.mu.Unlock()
+	if st == 0 {
+		t.Fatal("start time not recorded")
+	}
+	c.Close()
+	waitGone := time.Now().Add(5 * time.Second)
+	for {
+		s.mu.Lock()
+		gone := !s.regs[me].goneAt.IsZero()
+		s.mu.Unlock()
+		if gone {
+			break
+		}
+		if time.Now().After(waitGone) {
+			t.Fatal("EOF not noticed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, ok := s.Lookup(me); !ok {
+		t.Fatal("same process dropped during the grace")
+	}
+	// The pid now belongs to a process started later: a fake procfs.
+	fake := t.TempDir()
+	os.MkdirAll(filepath.Join(fake, fmt.Sprint(me)), 0o755)
+	stat := fmt.Sprintf("%d (a b) c) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", me, st+500)
+	os.WriteFile(filepath.Join(fake, fmt.Sprint(me), "stat"), []byte(stat), 0o644)
+	s.mu.Lock()
+	s.proc = fake
+	s.mu.Unlock()
+	if _, ok := s.Lookup(me); ok {
+		t.Fatal("a reused pid was attributed to the rank")
+	}
+	if got := s.Ranks(); len(got) != 0 {
+		t.Fatalf("Ranks after reuse: %v", got)
 	}
 }

@@ -20,16 +20,24 @@ func Analyze(in *Input, cfg Config) (*Report, error) {
 	rep := &Report{SlowRanks: []SlowRank{}, Waterline: []WaterlineFlag{}, Diagnoses: []Diagnosis{}, Notes: []string{}}
 
 	// §3.1 slow-rank detection, per communicator.
+	ix := indexOS(in.OS)
+	hostOf := func(r int) string {
+		if h := in.Hosts[r]; h != "" {
+			return h
+		}
+		return ix.rankNode[r]
+	}
+	byID := map[string][]int{}
+	for _, g := range in.Groups {
+		byID[g.ID] = g.Ranks
+	}
 	lat := map[string]*lateStats{}
-	for _, st := range lateness(in.Calls, cfg.W) {
+	for _, st := range lateness(in.Calls, cfg.W, hostOf) {
 		lat[st.comm] = st
-		rep.SlowRanks = append(rep.SlowRanks, st.slowRanks(cfg)...)
-		if n := st.note(); n != "" {
-			rep.Notes = append(rep.Notes, n)
-		}
-		if judged := len(st.meanLate(cfg)); judged < 2 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("communicator %s: %d rank(s) with ≥ %d instances in the window: no slow-rank judgement", st.comm, judged, cfg.MinInstances))
-		}
+		slow, notes := st.slowRanks(cfg)
+		rep.SlowRanks = append(rep.SlowRanks, slow...)
+		rep.Notes = append(rep.Notes, st.notes(byID[st.comm], cfg)...)
+		rep.Notes = append(rep.Notes, notes...)
 	}
 	if len(in.Calls) == 0 {
 		rep.Notes = append(rep.Notes, "no collective calls in the window: slow-rank detection did not run")
@@ -70,7 +78,6 @@ func Analyze(in *Input, cfg Config) (*Report, error) {
 	for _, w := range rep.Waterline {
 		flagged[w.Rank] = true
 	}
-	ix := indexOS(in.OS)
 	sus := suspects(rep.SlowRanks, rep.Waterline, lat, groupRanks, cfg)
 	for i, sp := range sus {
 		if i == cfg.MaxDiagnoses {
@@ -92,9 +99,11 @@ func Analyze(in *Input, cfg Config) (*Report, error) {
 				set[r] = true
 			}
 		}
-		rep.Temporal = temporal(in, set, cfg)
+		rep.Temporal = temporal(in, set, cfg, lat, rep)
 	case in.IterMs > 0 && in.IterBaseMs == 0 && len(rep.SlowRanks) == 0:
 		rep.Notes = append(rep.Notes, "no baseline iteration time: the temporal comparison needs one")
+	case in.IterMs == 0 && in.IterBaseMs > 0 && len(rep.SlowRanks) == 0:
+		rep.Notes = append(rep.Notes, "no current iteration time: the temporal comparison needs one")
 	}
 	return rep, nil
 }

@@ -8,9 +8,9 @@ import (
 // Config holds SysOM-AI's thresholds. W, K and Delta are the paper's
 // (§3.1: W = 100, k = 2, δ = 0.5%); the rest are ours and say why.
 type Config struct {
-	// W is the sliding window: the latest W collective instances of each
-	// communicator (§3.1 "W iterations"; an iteration holds one or more
-	// instances, so W instances cover at most W iterations).
+	// W is the sliding window: the latest W training steps of each
+	// communicator (§3.1 "W iterations"; calls without a Step count one
+	// instance per step).
 	W int `json:"w"`
 	// K is k in μ + kσ, for slow ranks and the CPU waterline (§3.1).
 	K float64 `json:"k"`
@@ -28,13 +28,18 @@ type Config struct {
 	// hot path) must hold on the flagged rank: below it one sample moves
 	// the fraction by more than Delta.
 	MinSamples int64 `json:"min_samples"`
-	// MinTotal is the least profile size (samples) a rank needs to take
-	// part in the waterline and the CPU diff; thinner ranks are listed in
-	// Notes (their fractions carry binomial noise above δ).
+	// MinTotal is the profile size (samples) below which a rank is thin:
+	// it stays in the waterline (the binomial floor handles its noise)
+	// with a note, is not picked as a peer, and a CPU conclusion on it
+	// has low confidence.
 	MinTotal int64 `json:"min_total"`
-	// MinInstances is the least number of window instances a rank must
+	// MinInstances is the least number of window steps a rank must
 	// appear in to be judged by slow-rank detection.
 	MinInstances int `json:"min_instances"`
+	// MinPersist is the least share of its steps in which a slow rank
+	// must enter later than its peers' median: one late call, or a
+	// rank late in a few steps, is transient rather than a straggler.
+	MinPersist float64 `json:"min_persist"`
 	// MinLateMs is the least mean entry lateness above the peers that
 	// flags a slow rank, and LateNoiseMs the σ floor for lateness: host
 	// timestamps and NCCL launches jitter by tens of µs, so identical
@@ -70,7 +75,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		W: 100, K: 2, Delta: 0.005, Alpha: 0.01,
-		MinSamples: 20, MinTotal: 200, MinInstances: 10,
+		MinSamples: 20, MinTotal: 200, MinInstances: 10, MinPersist: 0.7,
 		MinLateMs: 0.1, LateNoiseMs: 0.02,
 		IterRise: 0.05, GPURel: 0.03, GPUUniform: 0.8, OSRatio: 2,
 		MaxPaths: 5, MaxFlagsPerRank: 10, MaxDiagnoses: 16,
@@ -98,6 +103,8 @@ func (c Config) Validate() error {
 		return bad("min_total", c.MinTotal, "≥ 1")
 	case c.MinInstances < 1 || c.MinInstances > c.W:
 		return bad("min_instances", c.MinInstances, "in [1, w]")
+	case !fin(c.MinPersist) || c.MinPersist < 0 || c.MinPersist > 1:
+		return bad("min_persist", c.MinPersist, "in [0, 1]")
 	case !fin(c.MinLateMs) || c.MinLateMs < 0:
 		return bad("min_late_ms", c.MinLateMs, "≥ 0")
 	case !fin(c.LateNoiseMs) || c.LateNoiseMs <= 0:

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/laggard-dev/laggard/internal/signal/stack"
 )
 
 // Layered differential diagnosis (§3.1): for a flagged rank, pick a
@@ -44,6 +46,46 @@ func corroborated(c Cause, osl Layer) bool {
 		return osl.Cause == CauseRunQueue
 	}
 	return false
+}
+
+// interference: causes that take CPU time away from the rank's threads.
+func interference(c Cause) bool {
+	switch c {
+	case CauseForeign, CauseNetRX, CauseIRQ, CauseRunQueue, CauseSteal:
+		return true
+	}
+	return false
+}
+
+// preExisting compares each differing CPU path with the same rank's own
+// baseline window (diff-in-diff): a path that held about the same share
+// then, when the job was not slower, is not what changed. When every
+// path is pre-existing, the CPU layer no longer differs.
+func preExisting(l *Layer, base *stack.Profile, rank int, cfg Config) {
+	if l.Finding != FindingDiffers || base == nil || base.Total < cfg.MinTotal {
+		return
+	}
+	var keep []HotPath
+	for i := range l.Paths {
+		hp := &l.Paths[i]
+		b := float64(pathCount(base, hp.Stack)) / float64(base.Total)
+		hp.BaseFraction = round(b, 5)
+		if hp.Fraction-b < cfg.Delta {
+			hp.PreExisting = true
+			l.Evidence = append(l.Evidence, fmt.Sprintf("%s is pre-existing: %s of rank %d's samples at baseline vs %s now — not the cause", hp.Func, pct(b), rank, pct(hp.Fraction)))
+			continue
+		}
+		keep = append(keep, *hp)
+	}
+	if len(keep) == 0 {
+		l.Finding, l.Cause, l.Next = FindingMatches, "", ""
+		l.Evidence = append(l.Evidence, fmt.Sprintf("every differing path held the same share on rank %d at baseline: the CPU difference is a standing asymmetry, not what slowed it", rank))
+		return
+	}
+	if keep[0].Func != l.Paths[0].Func {
+		l.Cause = keep[0].Cause
+		l.Next = nextCheck(l.Cause, &keep[0])
+	}
 }
 
 // pickPeer returns the group member closest to the group's median — of
@@ -116,8 +158,8 @@ func cpuLayer(profs map[int]*rankProf, s, p int, cfg Config) Layer {
 	case pp == nil:
 		l.Evidence = append(l.Evidence, fmt.Sprintf("no CPU stacks for peer rank %d in this window", p))
 		return l
-	case ps.p.Total < cfg.MinTotal:
-		l.Evidence = append(l.Evidence, fmt.Sprintf("rank %d has only %d CPU samples (< min_total %d): too thin to compare", s, ps.p.Total, cfg.MinTotal))
+	case ps.p.Total < cfg.MinSamples:
+		l.Evidence = append(l.Evidence, fmt.Sprintf("rank %d has only %d CPU samples (< min_samples %d): too thin to compare", s, ps.p.Total, cfg.MinSamples))
 		return l
 	}
 	paths := hotPaths(DiffTree(ps.p, pp.p), cfg)
@@ -175,6 +217,7 @@ func diagnose(sp *suspect, in *Input, ix *osIndex, profs map[int]*rankProf, flag
 	}
 	gpu := gpuLayer(in, ix, sp.rank, peer, cfg)
 	cpu := cpuLayer(profs, sp.rank, peer, cfg)
+	preExisting(&cpu, in.Baseline[sp.rank], sp.rank, cfg)
 	osl := osLayer(ix, sp.rank, peer, cfg)
 	d.Layers = append(d.Layers, gpu, cpu, osl)
 	d.Layer = LayerInconclusive
@@ -207,6 +250,16 @@ func diagnose(sp *suspect, in *Input, ix *osIndex, profs map[int]*rankProf, flag
 	}
 	if sp.slow == nil && sp.callsSeen {
 		weak = append(weak, "not late in collectives: the CPU difference may not slow the group")
+	}
+	if sp.slow == nil && !sp.callsSeen {
+		weak = append(weak, "no collective timings: can't tell whether this difference slows the job")
+	}
+	// An unobserved earlier layer could explain the lateness; the rank's
+	// own code paths (role asymmetry) are then coincidence. Interference
+	// that takes the rank's CPUs (another process, interrupts) is a
+	// delay mechanism in itself.
+	if sp.slow != nil && concl != nil && concl.Layer != LayerGPU && gpu.Finding == FindingNotObserved && !interference(concl.Cause) {
+		weak = append(weak, fmt.Sprintf("the GPU layer was not observed and could explain the lateness; the %s difference (%s) may be coincidental", concl.Layer, concl.Cause))
 	}
 	if concl == nil {
 		weak = append(weak, "no layer differs")

@@ -12,12 +12,12 @@
 //
 // Notation (paper → code)
 //
-//	W          sliding window (100)                Config.W (collective instances per communicator)
+//	W          sliding window (100)                Config.W (training steps per communicator)
 //	k          μ + kσ threshold (2)                Config.K
 //	δ          temporal CPU-fraction rise (0.5%)   Config.Delta (also the least waterline / diff excess)
 //	g, r, f    group, rank, function               Group, rank ints, stack.Func (name, kind, module)
 //	μ_f^g,σ_f^g waterline mean and σ               WaterlineFlag.Mean, .Sigma (leave-one-out, floored)
-//	entry time rank's collective entry             late_r, barrier.go (aligned by exit)
+//	entry time rank's collective entry             late_r, barrier.go (per-window clock offsets)
 //	straggler  flagged slow rank                   SlowRank
 //	peer       healthy rank compared with          Diagnosis.Peer (closest to the group median)
 //

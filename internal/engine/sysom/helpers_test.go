@@ -250,8 +250,8 @@ func (sc *scenario) resample(seed uint64) {
 func render(rep *Report) string {
 	var b strings.Builder
 	for _, s := range rep.SlowRanks {
-		fmt.Fprintf(&b, "slow rank %d on %s: late %.3f ms (peers %.3f ± %.3f ms, z %.1f), %d instances, last %.0f%%, align %s\n",
-			s.Rank, s.Group, s.MeanLateMs, s.PeerMeanMs, s.PeerSigmaMs, s.Z, s.Instances, 100*s.LastShare, s.Align)
+		fmt.Fprintf(&b, "slow rank %d on %s: late %.3f ms (peers %.3f ± %.3f ms, z %.1f), %d instances, %d steps, late in %.0f%%, last %.0f%%, align %s\n",
+			s.Rank, s.Group, s.MeanLateMs, s.PeerMeanMs, s.PeerSigmaMs, s.Z, s.Instances, s.Steps, 100*s.Persistence, 100*s.LastShare, s.Align)
 	}
 	for _, w := range rep.Waterline {
 		nw := ""
@@ -277,7 +277,11 @@ func render(rep *Report) string {
 				fmt.Fprintf(&b, "    - %s\n", e)
 			}
 			for _, p := range l.Paths {
-				fmt.Fprintf(&b, "    path %s: %s\n", p.Cause, strings.Join(p.Stack, ";"))
+				pre := ""
+				if p.PreExisting {
+					pre = " (pre-existing)"
+				}
+				fmt.Fprintf(&b, "    path %s: %s%s\n", p.Cause, strings.Join(p.Stack, ";"), pre)
 			}
 			if l.Next != "" {
 				fmt.Fprintf(&b, "    next: %s\n", l.Next)
@@ -292,6 +296,9 @@ func render(rep *Report) string {
 		}
 		for _, p := range t.Candidates {
 			fmt.Fprintf(&b, "  candidate %s: %s\n", p.Cause, strings.Join(p.Stack, ";"))
+		}
+		if len(t.Suspects) > 0 {
+			fmt.Fprintf(&b, "  suspects (low confidence): %v\n", t.Suspects)
 		}
 		if t.Next != "" {
 			fmt.Fprintf(&b, "  next: %s\n", t.Next)

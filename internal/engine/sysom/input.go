@@ -46,6 +46,10 @@ type Input struct {
 	// IterMs, IterBaseMs: median iteration time now and at baseline
 	// (0: unknown).
 	IterMs, IterBaseMs float64
+	// Hosts (optional): each rank's host (collective.Comm.Host). Ranks on
+	// one host share a clock; when absent, the node of the rank's OS
+	// points is used, else each rank counts as its own clock.
+	Hosts map[int]string
 }
 
 // AllGroup is the ID of the group Analyze makes when Input.Groups is

@@ -30,6 +30,9 @@ type seriesKey struct {
 type osIndex struct {
 	val      map[string]map[seriesKey]float64 // by metric name
 	rankCPUs map[int][]cpuKey
+	// rankCPUW: the rank's rank_on_cpu value per CPU, duration-weighted
+	// (how much of the rank's threads' time ran there).
+	rankCPUW map[int]map[cpuKey]float64
 	// rankNode: the node a rank's own points came from.
 	rankNode map[int]string
 	absent   map[string][]osstat.Absence
@@ -38,7 +41,7 @@ type osIndex struct {
 }
 
 func indexOS(bs []osstat.Batch) *osIndex {
-	ix := &osIndex{val: map[string]map[seriesKey]float64{}, rankCPUs: map[int][]cpuKey{}, rankNode: map[int]string{},
+	ix := &osIndex{val: map[string]map[seriesKey]float64{}, rankCPUs: map[int][]cpuKey{}, rankCPUW: map[int]map[cpuKey]float64{}, rankNode: map[int]string{},
 		absent: map[string][]osstat.Absence{}, throttle: map[seriesKey]uint64{}}
 	w := map[seriesKey]float64{}
 	seenCPU := map[int]map[cpuKey]bool{}
@@ -62,6 +65,10 @@ func indexOS(bs []osstat.Batch) *osIndex {
 						seenCPU[p.Rank] = map[cpuKey]bool{}
 					}
 					ck := cpuKey{b.Node, p.CPU}
+					if ix.rankCPUW[p.Rank] == nil {
+						ix.rankCPUW[p.Rank] = map[cpuKey]float64{}
+					}
+					ix.rankCPUW[p.Rank][ck] += p.Value * max(d, 1)
 					if !seenCPU[p.Rank][ck] {
 						seenCPU[p.Rank][ck] = true
 						ix.rankCPUs[p.Rank] = append(ix.rankCPUs[p.Rank], ck)
@@ -104,20 +111,27 @@ func (ix *osIndex) rankValue(name string, rank int) (float64, bool) {
 	return v, ok
 }
 
-// cpuValues sums a per-CPU metric over the rank's CPUs, per device.
+// cpuValues is a per-CPU metric on the CPUs the rank ran on, per
+// device: the mean over those CPUs weighted by the rank's rank_on_cpu
+// share of each. A rank whose threads touched four CPUs must not see
+// four CPUs' timer softirqs summed against a peer's one (§3.1 OS diff
+// compares what hit the rank, per CPU).
 func (ix *osIndex) cpuValues(name string, rank int) (map[string]float64, bool) {
-	cpus := ix.rankCPUs[rank]
-	if len(cpus) == 0 {
+	ws := ix.rankCPUW[rank]
+	if len(ws) == 0 {
 		return nil, false
 	}
-	set := make(map[cpuKey]bool, len(cpus))
-	for _, c := range cpus {
-		set[c] = true
+	var tot float64
+	for _, w := range ws {
+		tot += w
 	}
 	out := map[string]float64{}
 	for k, x := range ix.val[name] {
-		if k.cpu >= 0 && set[cpuKey{k.node, k.cpu}] {
-			out[k.dev] += x
+		if k.cpu < 0 {
+			continue
+		}
+		if w := ws[cpuKey{k.node, k.cpu}]; w > 0 {
+			out[k.dev] += x * w / tot
 		}
 	}
 	return out, true
@@ -136,8 +150,8 @@ type osSignal struct {
 }
 
 var osSignals = []osSignal{
-	{osstat.SoftIRQs, true, 1000, "/s", "softirqs", CauseIRQ},
-	{osstat.Interrupts, true, 1000, "/s", "interrupts", CauseIRQ},
+	{osstat.SoftIRQs, true, 1000, "/s", "softirqs per CPU", CauseIRQ},
+	{osstat.Interrupts, true, 1000, "/s", "interrupts per CPU", CauseIRQ},
 	{osstat.CPUSoftTime, true, 0.02, "", "CPU time in softirq", CauseIRQ},
 	{osstat.CPUIRQTime, true, 0.02, "", "CPU time in hard IRQ", CauseIRQ},
 	{osstat.CPUSteal, true, 0.02, "", "CPU steal", CauseSteal},

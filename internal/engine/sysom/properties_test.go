@@ -341,8 +341,10 @@ func TestWaterlineFalseFlagRate(t *testing.T) {
 	t.Logf("%d of %d noise-only groups flagged (alpha %g)", fired, trials, cfg.Alpha)
 }
 
-// Exit alignment cancels host clock offsets: the same instances with any
-// per-rank offsets give the same slow ranks and lateness.
+// Exit alignment removes host clock offsets: the same instances with any
+// per-rank offsets give the same slow ranks, and lateness within the
+// reported offset error (offsets are estimated once per window from the
+// exits, barrier.go).
 func TestSlowRankClockOffsetInvariant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	ranks := []int{0, 1, 2, 3, 4, 5, 6, 7}
@@ -366,9 +368,12 @@ func TestSlowRankClockOffsetInvariant(t *testing.T) {
 		if len(a.SlowRanks) != 1 {
 			t.Fatalf("trial %d: %d slow ranks without offsets: %+v", trial, len(a.SlowRanks), a.SlowRanks)
 		}
-		// Offsets are whole nanoseconds: lateness rounds identically.
-		if !reflect.DeepEqual(a.SlowRanks, b.SlowRanks) {
+		if len(b.SlowRanks) != 1 || a.SlowRanks[0].Rank != b.SlowRanks[0].Rank || a.SlowRanks[0].Align != AlignExit {
 			t.Fatalf("trial %d: offsets change the result:\n%+v\n%+v", trial, a.SlowRanks, b.SlowRanks)
+		}
+		x, y := a.SlowRanks[0], b.SlowRanks[0]
+		if tol := max(x.OffsetErrMs, y.OffsetErrMs) + 1e-3; math.Abs(x.MeanLateMs-y.MeanLateMs) > tol || math.Abs(x.PeerMeanMs-y.PeerMeanMs) > tol {
+			t.Fatalf("trial %d: offsets move lateness beyond the offset error:\n%+v\n%+v", trial, x, y)
 		}
 	}
 }

@@ -17,22 +17,27 @@ type Report struct {
 type Align string
 
 const (
-	// AlignExit: every member's call carried its completion time (device
-	// end, or a synchronous backend's return), so each rank's entry is
-	// measured back from the common exit on its own clock — cross-host
-	// clock offsets cancel (barrier.go).
+	// AlignExit: members span several clocks; each host's offset was
+	// estimated once per window from the common exit (device end, or a
+	// synchronous backend's return) and removed from its entries
+	// (barrier.go); SlowRank.OffsetErrMs bounds the error.
 	AlignExit Align = "exit"
 	// AlignEntry: completion times were missing on some member; lateness
 	// is entry minus the earliest entry, which assumes synchronized host
 	// clocks (NTP/PTP).
 	AlignEntry Align = "entry"
-	// AlignMixed: the window held instances of both kinds.
+	// AlignMixed: the window held instances of both kinds (no longer
+	// produced: offsets are per host and window; kept for old reports).
 	AlignMixed Align = "mixed"
+	// AlignHost: every member ran on one host (one clock): entries
+	// compare directly.
+	AlignHost Align = "host"
 )
 
-// SlowRank is a rank flagged by slow-rank detection (§3.1): its mean
-// entry lateness over the window exceeds the other members' mean by more
-// than K σ (leave-one-out, with a noise floor; doc.go).
+// SlowRank is a rank flagged by slow-rank detection (§3.1): its robust
+// per-step entry lateness over the window exceeds the other members' by
+// more than K σ (leave-one-out, with a noise floor; doc.go), in most
+// steps (barrier.go).
 type SlowRank struct {
 	// Group is the communicator the lateness was measured on.
 	Group string `json:"group"`
@@ -49,6 +54,14 @@ type SlowRank struct {
 	Instances int     `json:"instances"`
 	LastShare float64 `json:"last_share"`
 	Align     Align   `json:"align"`
+	// Steps is how many training steps of the window the statistic
+	// covers (MeanLateMs is the 10%-trimmed mean of the rank's per-step
+	// lateness); Persistence the share of them in which the rank entered
+	// later than its peers' median; OffsetErrMs the bound on the clock
+	// offset error (AlignExit only).
+	Steps       int     `json:"steps,omitempty"`
+	Persistence float64 `json:"persistence,omitempty"`
+	OffsetErrMs float64 `json:"offset_err_ms,omitempty"`
 }
 
 // WaterlineFlag is one (rank, function) above the group's CPU waterline
@@ -132,6 +145,11 @@ type HotPath struct {
 	PeerFraction float64 `json:"peer_fraction"`
 	Samples      int64   `json:"samples"`
 	Cause        Cause   `json:"cause"`
+	// BaseFraction: the flagged rank's own share of the path in the
+	// baseline window (-1 unknown); PreExisting: it held about the same
+	// share then, so it is not what changed (diagnose.go).
+	BaseFraction float64 `json:"base_fraction,omitempty"`
+	PreExisting  bool    `json:"pre_existing,omitempty"`
 	// fracs: each Stack frame's inclusive fraction on the flagged side
 	// (for the interrupt-chain evidence; not part of the JSON).
 	fracs []float64
@@ -178,4 +196,26 @@ type Temporal struct {
 	Candidates []HotPath `json:"candidates"`
 	Evidence   []string  `json:"evidence"`
 	Next       string    `json:"next,omitempty"`
+	// Split: each candidate's samples by rank (per-rank fractions), and
+	// whether they concentrate on a few ranks (temporal.go).
+	Split []PathSplit `json:"split,omitempty"`
+	// Suspects: ranks a concentrated candidate names (low confidence:
+	// slow-rank detection did not flag them).
+	Suspects []int `json:"suspects,omitempty"`
+}
+
+// PathSplit is one temporal candidate's share per rank, now and at
+// baseline.
+type PathSplit struct {
+	Func string `json:"func"`
+	// Ranks, Fractions, BaseFractions: per rank, the path's share of the
+	// rank's own samples now and at baseline (-1: no baseline profile).
+	Ranks         []int     `json:"ranks"`
+	Fractions     []float64 `json:"fractions"`
+	BaseFractions []float64 `json:"base_fractions"`
+	// MaxShare: the largest rank's share of the path's growth summed over
+	// ranks; Concentrated: the growth is not homogeneous across ranks.
+	MaxShare     float64 `json:"max_share"`
+	Concentrated bool    `json:"concentrated"`
+	Suspects     []int   `json:"suspects,omitempty"`
 }

@@ -86,7 +86,7 @@ func noiseZ(alpha float64, m int, k float64) float64 {
 }
 
 // waterline flags one group's ranks. members are the group's ranks with
-// a profile of at least MinTotal samples, sorted.
+// a profile of at least MinSamples samples, sorted.
 func waterline(group string, members []*rankProf, funcs []stack.Func, cfg Config) []WaterlineFlag {
 	n := len(members)
 	if n < 2 {
@@ -152,8 +152,11 @@ func waterline(group string, members []*rankProf, funcs []stack.Func, cfg Config
 	return out
 }
 
-// groupMembers returns the group's ranks with a usable profile, and a
-// note for the thin ones left out.
+// groupMembers returns the group's ranks with a profile, and notes.
+// Thin profiles (< MinTotal samples) stay in: the binomial floor σ_b ∝
+// 1/√T already keeps their noise from flagging, and a rank whose
+// profile is thin may be the one a hog starved. Only a profile below
+// MinSamples (it can never hold a flag) is left out.
 func groupMembers(g Group, profs map[int]*rankProf, cfg Config) ([]*rankProf, []string) {
 	var ms []*rankProf
 	var notes []string
@@ -162,9 +165,12 @@ func groupMembers(g Group, profs map[int]*rankProf, cfg Config) ([]*rankProf, []
 		if rp == nil {
 			continue
 		}
-		if rp.p.Total < cfg.MinTotal {
-			notes = append(notes, fmt.Sprintf("group %s: rank %d has %d samples (< min_total %d): left out of the CPU waterline", g.ID, r, rp.p.Total, cfg.MinTotal))
+		switch t := rp.p.Total; {
+		case t < cfg.MinSamples:
+			notes = append(notes, fmt.Sprintf("group %s: rank %d has %d samples (< min_samples %d): left out of the CPU waterline", g.ID, r, t, cfg.MinSamples))
 			continue
+		case t < cfg.MinTotal:
+			notes = append(notes, fmt.Sprintf("group %s: rank %d has only %d samples (< min_total %d): kept in the CPU waterline, but a function needs ≥ %d samples (%s of its profile) to be flagged there", g.ID, r, t, cfg.MinTotal, cfg.MinSamples, pct(float64(cfg.MinSamples)/float64(t))))
 		}
 		ms = append(ms, rp)
 	}

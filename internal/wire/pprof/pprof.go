@@ -204,7 +204,7 @@ func fromProfile(p *profile.Profile, o Options) (*stack.Batch, error) {
 		if v < 0 {
 			return nil, signal.FieldErrorf(field("value"), "negative")
 		}
-		n := (v + div/2) / div
+		n := v/div + (v%div+div/2)/div // rounds without overflowing v + div/2
 		if n == 0 {
 			continue // below one sample: nothing to attribute
 		}
@@ -382,7 +382,7 @@ func Export(p *stack.Profile) *profile.Profile {
 	for _, s := range p.Stacks {
 		ps := &profile.Sample{Value: []int64{s.Count}, Location: make([]*profile.Location, 0, len(s.Frames))}
 		if period > 0 {
-			ps.Value = append(ps.Value, s.Count*period)
+			ps.Value = append(ps.Value, mulSat(s.Count, period))
 		}
 		for j := len(s.Frames) - 1; j >= 0; j-- { // pprof is leaf first
 			if k := s.Frames[j]; k >= 0 && int(k) < len(locs) {
@@ -395,4 +395,16 @@ func Export(p *stack.Profile) *profile.Profile {
 		out.Sample = append(out.Sample, ps)
 	}
 	return out
+}
+
+// mulSat is a·b for non-negative a, b, saturating at MaxInt64 (a merged
+// profile's count times the sampling period can exceed int64).
+func mulSat(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
 }

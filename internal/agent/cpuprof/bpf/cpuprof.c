@@ -57,6 +57,7 @@ enum {
 #define REG_RBP 1
 #define REG_UNDEFINED 2
 #define REG_COMPLEX 3
+#define ROW_NO_CFI 2 // ehframe.FlagNoCFI: a pc no FDE covers
 
 #define MARK_FP 1
 #define MARK_DWARF 2
@@ -169,6 +170,16 @@ struct pyproc {
 	__u32 frame_previous;
 	__u32 frame_is_entry;
 	__u32 pad;
+	// The process's pid namespace (nsfs dev, inode), 0 when it is the
+	// agent's: CPython stores gettid() as seen in its own namespace, so
+	// in a container the host tid never matches native_thread_id.
+	__u64 ns_dev;
+	__u64 ns_ino;
+};
+
+struct bpf_pidns_info {
+	__u32 pid;
+	__u32 tgid;
 };
 
 struct {
@@ -438,6 +449,10 @@ static long unwind_step(__u32 i, struct uctx *c)
 	}
 	__u32 file = m->file;
 	struct unwind_row *r = file ? find_row(file, look - m->bias) : 0;
+	// Code no FDE covers (asm kernels, gaps, past the last FDE) is not
+	// the end of the stack: treat it like a file without a table.
+	if (r && (r->flags & ROW_NO_CFI))
+		r = 0;
 
 	if (c->mode == MODE_DWARF) {
 		if (!r) {
@@ -564,10 +579,19 @@ static long py_step(__u32 i, struct pctx *c)
 static __always_inline __u64 py_thread(struct pyproc *py, __u32 tid)
 {
 	__u64 ts = 0, ntid = 0;
+	// The tid CPython recorded: the namespace-local one for a process in
+	// another pid namespace (the cache stays keyed by the host tid).
+	__u32 want = tid;
+	if (py->ns_ino) {
+		struct bpf_pidns_info ns = {};
+		if (bpf_get_ns_current_pid_tgid(py->ns_dev, py->ns_ino, &ns, sizeof(ns)))
+			return 0;
+		want = ns.pid;
+	}
 	__u64 *cached = bpf_map_lookup_elem(&pythreads, &tid);
 	if (cached) {
 		ts = *cached;
-		if (read_u64(ts + py->ts_native_tid, &ntid) == 0 && ntid == tid)
+		if (read_u64(ts + py->ts_native_tid, &ntid) == 0 && ntid == want)
 			return ts;
 	}
 	__u64 interp = 0;
@@ -580,7 +604,7 @@ static __always_inline __u64 py_thread(struct pyproc *py, __u32 tid)
 			return 0;
 		if (read_u64(ts + py->ts_native_tid, &ntid))
 			return 0;
-		if (ntid == tid) {
+		if (ntid == want) {
 			bpf_map_update_elem(&pythreads, &tid, &ts, BPF_ANY);
 			return ts;
 		}
@@ -706,7 +730,10 @@ int sample(struct perf_ctx *ctx)
 			rc = bpf_map_update_elem(&ustacks0, &k.uhash, st, BPF_NOEXIST);
 		if (rc && rc != -17) { // -EEXIST: already stored
 			stat_add(ST_DROP_USTACK, 1);
-			k.uhash = 0;
+			// Even, so never a real key (those are odd): user space
+			// sees a lost user stack and marks the sample truncated
+			// rather than taking it for a complete kernel-only one.
+			k.uhash = 2;
 		}
 	}
 	if (gen)

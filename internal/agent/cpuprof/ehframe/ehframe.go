@@ -37,6 +37,12 @@ const (
 const (
 	// FlagFuncStart marks the first row of an FDE (a function entry).
 	FlagFuncStart = 1 << 0
+	// FlagNoCFI marks a RegUndefined row that no FDE covers (a gap
+	// between FDEs, or past the last one: hand-written asm, JIT stubs),
+	// as opposed to an outermost frame whose CFI says "no caller". The
+	// unwinder takes a validated FP step there instead of ending the
+	// stack (§3.3 Algorithm 1: FP is the fallback where DWARF is absent).
+	FlagNoCFI = 1 << 1
 )
 
 // Row is one unwind rule holding from PC until the next row's PC.
@@ -133,7 +139,7 @@ func compileSection(data []byte, ehAddr uint64) (rows []Row, st Stats, err error
 			continue
 		}
 		if len(rows) > 0 && b > prevEnd {
-			rows = append(rows, Row{PC: prevEnd, CFAReg: RegUndefined})
+			rows = append(rows, Row{PC: prevEnd, CFAReg: RegUndefined, Flags: FlagNoCFI})
 		}
 		n := len(rows)
 		rows = c.compileFDE(rows, fde)
@@ -145,7 +151,7 @@ func compileSection(data []byte, ehAddr uint64) (rows []Row, st Stats, err error
 		prevEnd = e
 	}
 	if len(rows) > 0 {
-		rows = append(rows, Row{PC: prevEnd, CFAReg: RegUndefined})
+		rows = append(rows, Row{PC: prevEnd, CFAReg: RegUndefined, Flags: FlagNoCFI})
 	}
 	for _, r := range rows {
 		if r.CFAReg == RegComplex {

@@ -50,7 +50,7 @@ type fdeSpec = struct {
 
 func TestInterpreter(t *testing.T) {
 	const fs = FlagFuncStart
-	und := func(pc uint64) Row { return Row{PC: pc, CFAReg: RegUndefined} }
+	und := func(pc uint64) Row { return Row{PC: pc, CFAReg: RegUndefined, Flags: FlagNoCFI} }
 	for _, tc := range []struct {
 		name string
 		fdes []fdeSpec
