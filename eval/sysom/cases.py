@@ -133,25 +133,34 @@ def wait_http(url, proc, what, timeout=30):
     raise RuntimeError("%s did not answer on %s" % (what, url))
 
 
-def netns_flood(core, other_core, closer, log):
-    """A UDP flood inside a fresh network namespace whose loopback steers
-    receive processing to `core` (RPS), sender and receiver pinned to
-    `other_core`: the NET_RX softirq work lands on `core`."""
+def netns_flood(core, other_core, closer, log, work, filters=1500, pps=20000):
+    """NET_RX softirq load on `core` without a process there: a paced UDP
+    sender pinned to `other_core` inside a fresh network namespace whose
+    loopback steers receive processing to `core` (RPS), with `filters`
+    non-matching tc ingress u32 filters on that loopback so each packet's
+    receive path (softirq, on `core`) costs far more than its send (on
+    `other_core`). The packets go to a closed port and are dropped."""
     subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
     closer.add(lambda: subprocess.run(["ip", "netns", "del", NETNS], capture_output=True))
-    subprocess.run(["ip", "netns", "exec", NETNS, "ip", "link", "set", "lo", "up"], check=True)
-    mask = "%x" % (1 << core)
-    subprocess.run(["ip", "netns", "exec", NETNS, "sh", "-c",
-                    "echo %s > /sys/class/net/lo/queues/rx-0/rps_cpus" % mask], check=True)
-    sink = ("import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('127.0.0.1',9999))\n"
-            "while True: s.recv(65536)\n")
-    flood = ("import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nb=b'x'*1400\n"
-             "while True:\n  for _ in range(1000): s.sendto(b,('127.0.0.1',9999))\n")
-    procs = []
-    for code in (sink, flood, flood):
-        procs.append(spawn(["ip", "netns", "exec", NETNS, "taskset", "-c", str(other_core), PY, "-c", code], log))
-    return procs
+    nsx = ["ip", "netns", "exec", NETNS]
+    subprocess.run(nsx + ["ip", "link", "set", "lo", "up"], check=True)
+    subprocess.run(nsx + ["sh", "-c", "echo %x > /sys/class/net/lo/queues/rx-0/rps_cpus" % (1 << core)], check=True)
+    subprocess.run(nsx + ["tc", "qdisc", "add", "dev", "lo", "ingress"], check=True)
+    batch = os.path.join(work, "tc-filters.batch")
+    with open(batch, "w") as f:
+        for i in range(filters):
+            f.write("filter add dev lo parent ffff: protocol ip prio 1 u32 match ip dport %d 0xffff flowid 1:1\n"
+                    % (20000 + i))
+    subprocess.run(nsx + ["tc", "-batch", batch], check=True, timeout=120)
+    flood = ("import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nb=b'x'*64\n"
+             "n=0\nt0=time.monotonic()\n"
+             "while True:\n"
+             "  for _ in range(200): s.sendto(b,('127.0.0.1',9))\n"
+             "  n+=200\n"
+             "  d=n/%d-(time.monotonic()-t0)\n"
+             "  if d>0: time.sleep(d)\n" % pps)
+    return [spawn(nsx + ["taskset", "-c", str(other_core), PY, "-c", flood], log)]
 
 
 VFS_CHURN = r"""
@@ -172,14 +181,14 @@ while True:
 """
 
 
-def inject(case, fault_rank, cores, closer, work, log, hogs=1):
+def inject(case, fault_rank, cores, closer, work, log, hogs=1, pps=20000):
     core = cores[-1]
     if case == "hog":
         for _ in range(hogs):
             p = spawn(["taskset", "-c", str(core), PY, "-c", "while True: pass"], log)
             closer.add(lambda p=p: kill(p))
     elif case == "softirq":
-        for p in netns_flood(core, cores[0], closer, log):
+        for p in netns_flood(core, cores[0], closer, log, work, pps=pps):
             closer.add(lambda p=p: kill(p))
     elif case == "vfs":
         p = spawn(["taskset", "-c", str(core), PY, "-c", VFS_CHURN, os.path.join(work, "churn")], log)
@@ -242,7 +251,10 @@ def run_case(args, exe, case, seed):
         pin = ",".join("%d:%d" % (r, cores[-1] if r == fault_rank else cores[r % max(1, ncpu - 1)]) for r in range(args.world))
         port = free_port()
         url = "http://127.0.0.1:%d" % port
-        srv = spawn([exe, "serve", "-addr", "127.0.0.1:%d" % port, os.path.join(work, "data")], log)
+        # Greyhound's controller off: its validation passes would pause the
+        # ranks in the middle of a case.
+        srv = spawn([exe, "serve", "-addr", "127.0.0.1:%d" % port, "-greyhound-interval", "0",
+                     os.path.join(work, "data")], log)
         closer.add(lambda: kill(srv))
         wait_http(url + "/healthz", srv, "laggard serve")
         sock = os.path.join(work, "agent.sock")
@@ -282,7 +294,7 @@ def run_case(args, exe, case, seed):
                     t_inj = time.time()
                     if case == "logging":
                         open(flag, "w").close()
-                    inject(case, fault_rank, cores, closer, work, log, args.hogs)
+                    inject(case, fault_rank, cores, closer, work, log, args.hogs, args.pps)
                     row["inject_ns"] = int(t_inj * 1e9)
                 continue
             now = time.time()
@@ -335,7 +347,8 @@ def main():
     ap.add_argument("--inject-after", type=float, default=75.0, help="seconds after rank 0's first step the fault starts")
     ap.add_argument("--window", type=float, default=60.0, help="longest stretch since the injection a report covers (s)")
     ap.add_argument("--device-ms", type=float, default=30.0, help="demo's GPU stand-in sleep per step (ranks not CPU-bound)")
-    ap.add_argument("--hogs", type=int, default=1, help="busy processes in the hog case")
+    ap.add_argument("--hogs", type=int, default=2, help="busy processes in the hog case")
+    ap.add_argument("--pps", type=int, default=40000, help="packets/s of the softirq case's paced flood")
     ap.add_argument("--min-wait", type=float, default=5.0, help="first report this long after injection")
     ap.add_argument("--timeout", type=float, default=240.0)
     ap.add_argument("--hz", type=int, default=99)
