@@ -38,12 +38,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	keep := fs.Bool("keep", isTerminal(os.Stdout), "keep the server and web UI running after the diagnosis (until Ctrl-C)")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of text (the job report, schema "+analysis.ReportSchema+", with the Greyhound report under \"greyhound\")")
 	level := fs.String("log-level", "warn", "server log level")
+	sysomMode := fs.String("sysom", "auto", "SysOM-AI act (node agent's eBPF profiler on a second job with a CPU hog on the hidden rank, ~90 s): auto (run it when the profiler can run here, else say why), on (fail if it cannot), off")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()
 		return errUsage
+	}
+	if *sysomMode != "auto" && *sysomMode != "on" && *sysomMode != "off" {
+		return fmt.Errorf("-sysom %q: want auto, on or off", *sysomMode)
 	}
 	if _, ok := demo.Faults[*fault]; !ok {
 		return fmt.Errorf("-fault %q: want one of %s", *fault, strings.Join(faultNames(), ", "))
@@ -131,18 +135,38 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		<-errc // the store is closed before the data directory is removed
 		return err
 	}
-	if *asJSON {
-		if err := writeDemoJSON(stdout, res); err != nil {
-			return err
-		}
-	} else {
+	if !*asJSON {
 		fmt.Fprintf(stdout, "\n── diagnosis (%.0f s of training) ──────────────────────────────\n", res.TrainSeconds)
 		if err := render.Text(stdout, res.Report); err != nil {
 			return err
 		}
 		printVerdict(stdout, res, *fault, *rank, *delay)
 		printGreyhound(stdout, res, *rank)
+	}
+	// The SysOM-AI act: a second job, profiled by an in-process node agent.
+	sres, serr := demoSysom(ctx, *sysomMode, demo.SysomOptions{
+		ServerURL: url, Python: *python, Files: pyclient.FS, World: *world, Rank: *rank, Seed: *seed,
+		JobID: job + "-sysom", Stderr: stderr, Log: log})
+	res.Sysom = sres
+	if serr != nil {
+		stopServer()
+		<-errc
+		return serr
+	}
+	if *asJSON {
+		if err := writeDemoJSON(stdout, res); err != nil {
+			return err
+		}
+	} else {
+		if res.Sysom != nil {
+			if err := printSysom(stdout, res.Sysom); err != nil {
+				return err
+			}
+		}
 		fmt.Fprintf(stdout, "\nweb UI: %s/#/jobs/%s\n", url, job)
+		if s := res.Sysom; s != nil && s.Skipped == "" && s.Err == "" {
+			fmt.Fprintf(stdout, "SysOM-AI flame graphs: %s/#/jobs/%s\n", url, s.Job)
+		}
 	}
 	if *keep {
 		fmt.Fprintf(stderr, "serving until Ctrl-C …\n")
@@ -200,12 +224,15 @@ type demoJSON struct {
 	*analysis.Report
 	Greyhound      *analysis.GreyhoundReport `json:"greyhound"`
 	GreyhoundError string                    `json:"greyhound_error,omitempty"`
+	// Sysom is the SysOM-AI act (absent with -sysom off): the report, the
+	// windows asked and the verdict, or why it was skipped.
+	Sysom *demo.SysomResult `json:"sysom,omitempty"`
 }
 
 func writeDemoJSON(w io.Writer, res *demo.Result) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	out := demoJSON{Report: res.Report, Greyhound: res.Greyhound}
+	out := demoJSON{Report: res.Report, Greyhound: res.Greyhound, Sysom: res.Sysom}
 	if res.Greyhound == nil {
 		out.GreyhoundError = res.GreyhoundErr
 	}
@@ -248,3 +275,51 @@ func printGreyhound(w io.Writer, res *demo.Result, rank int) {
 		fmt.Fprintf(w, "  – Greyhound names no rank (%s; injected on %d)\n", v.Kind, rank)
 	}
 }
+
+// demoSysom runs the SysOM-AI act per -sysom: off runs nothing; auto
+// skips with the reason when the eBPF profiler cannot run here and turns
+// a failure into a line of the output (the demo's other acts stand); on
+// makes both an error.
+func demoSysom(ctx context.Context, mode string, o demo.SysomOptions) (*demo.SysomResult, error) {
+	if mode == "off" {
+		return nil, nil
+	}
+	res, err := demo.RunSysom(ctx, o)
+	switch {
+	case err != nil && mode == "on":
+		return nil, fmt.Errorf("SysOM-AI act: %w", err)
+	case err != nil:
+		return &demo.SysomResult{Rank: o.Rank, Job: o.JobID, Err: err.Error()}, nil
+	case res.Skipped != "" && mode == "on":
+		return nil, fmt.Errorf("SysOM-AI act cannot run (-sysom on): %s; run it as root: sudo make demo", res.Skipped)
+	}
+	return res, nil
+}
+
+// printSysom is the SysOM-AI act's section: how it sampled, the windows,
+// the report, the verdict — or one line saying why it was skipped.
+func printSysom(w io.Writer, s *demo.SysomResult) error {
+	fmt.Fprintf(w, "\n── SysOM-AI (node agent: eBPF CPU stacks, OS counters, collective entry) ──\n")
+	switch {
+	case s.Skipped != "":
+		fmt.Fprintf(w, "  skipped: %s — to see it, run as root: sudo make demo\n", s.Skipped)
+		return nil
+	case s.Err != "":
+		fmt.Fprintf(w, "  ✘ the SysOM-AI act failed: %s\n", s.Err)
+		return nil
+	}
+	fmt.Fprintf(w, "  sampling at %.0f%% of %d Hz for the demo; production default %.0f%%\n", 100*s.Ratio, s.Hz, 100*demo.SysomProdRatio)
+	fmt.Fprintf(w, "  job %s: rank %d alone on the last core (pin map %s), a CPU hog of %d busy processes on it;\n", s.Job, s.Rank, s.PinMap, s.HogProcs)
+	fmt.Fprintf(w, "  window: %s of the hog vs the %s before it\n\n", nsDur(s.ToNS-s.FromNS), nsDur(s.BaseToNS-s.BaseFromNS))
+	if s.Report != nil {
+		if err := render.Sysom(w, s.Report); err != nil {
+			return err
+		}
+	}
+	if s.Verdict != nil {
+		fmt.Fprintf(w, "\nground truth: CPU hog on rank %d's core\n  %s\n", s.Rank, s.Verdict.Line)
+	}
+	return nil
+}
+
+func nsDur(ns int64) string { return time.Duration(ns).Round(time.Second).String() }

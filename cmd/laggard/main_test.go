@@ -80,7 +80,8 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	data := t.TempDir()
 	code, out, errs := runCLI(t, "demo", "-world", "2", "-warmup", "3", "-steps", "12", "-fault", "data",
-		"-rank", "1", "-seed", "7", "-keep=false", "-addr", "127.0.0.1:0", "-data", data)
+		"-rank", "1", "-seed", "7", "-keep=false", "-addr", "127.0.0.1:0", "-data", data,
+		"-sysom", "off") // the SysOM-AI act has its own tests (demo_test.go, demo_sysom_live_test.go)
 	if code != 0 {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}

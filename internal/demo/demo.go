@@ -46,12 +46,12 @@ type Options struct {
 	// controller to leave profiling/validation.
 	ValidateSteps int
 	GreyhoundWait time.Duration
-	Fault     string
-	FaultRank int // the hidden rank; the caller chooses it
-	DelayMS   float64
-	Seed      int64
-	JobID     string
-	Stderr    io.Writer // trainer progress
+	Fault         string
+	FaultRank     int // the hidden rank; the caller chooses it
+	DelayMS       float64
+	Seed          int64
+	JobID         string
+	Stderr        io.Writer // trainer progress
 }
 
 // Result is the demo's outcome.
@@ -68,6 +68,9 @@ type Result struct {
 	// GreyhoundErr saying why when the server has none.
 	Greyhound    *analysis.GreyhoundReport
 	GreyhoundErr string
+	// Sysom is the SysOM-AI act (RunSysom; the caller sets it), nil when
+	// it was not asked for.
+	Sysom *SysomResult
 }
 
 // Run trains the DDP job against the server and fetches the diagnosis for

@@ -202,9 +202,9 @@ func New(cfg Config) (*Profiler, error) {
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("%w: verifier rejected the sampler: %v", ErrUnsupported, ve)
+			return nil, fmt.Errorf("%w: verifier rejected the sampler: %w", ErrUnsupported, ve)
 		}
-		return nil, fmt.Errorf("%w: loading the sampler: %v", ErrUnsupported, err)
+		return nil, fmt.Errorf("%w: loading the sampler: %w", ErrUnsupported, err)
 	}
 	thr := uint32(math.MaxUint32)
 	if cfg.Ratio < 1 {

@@ -17,7 +17,7 @@ import (
 func (p *Profiler) attach() error {
 	cpus, err := onlineCPUs()
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnsupported, err)
+		return fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -36,18 +36,18 @@ func (p *Profiler) attach() error {
 		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
 		if err != nil {
 			p.detachLocked()
-			return fmt.Errorf("%w: perf_event_open(cpu-clock, cpu %d): %v", ErrUnsupported, cpu, err)
+			return fmt.Errorf("%w: perf_event_open(cpu-clock, cpu %d): %w", ErrUnsupported, cpu, err)
 		}
 		p.perfFDs = append(p.perfFDs, fd)
 		l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: p.objs.Sample, Attach: ebpf.AttachPerfEvent})
 		if err != nil {
 			p.detachLocked()
-			return fmt.Errorf("%w: attaching to cpu %d: %v", ErrUnsupported, cpu, err)
+			return fmt.Errorf("%w: attaching to cpu %d: %w", ErrUnsupported, cpu, err)
 		}
 		p.links = append(p.links, l)
 		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
 			p.detachLocked()
-			return fmt.Errorf("%w: enabling the event on cpu %d: %v", ErrUnsupported, cpu, err)
+			return fmt.Errorf("%w: enabling the event on cpu %d: %w", ErrUnsupported, cpu, err)
 		}
 	}
 	return nil
