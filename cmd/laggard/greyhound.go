@@ -63,13 +63,7 @@ func runGreyhound(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if *asJSON {
-		var buf bytes.Buffer
-		if err := json.Indent(&buf, raw, "", "  "); err != nil {
-			return err
-		}
-		buf.WriteByte('\n')
-		_, err := buf.WriteTo(stdout)
-		return err
+		return writeIndented(stdout, raw)
 	}
 	var rep analysis.GreyhoundReport
 	if err := json.Unmarshal(raw, &rep); err != nil {
@@ -266,4 +260,15 @@ func (e *errWriter) printf(format string, args ...any) {
 	if e.err == nil {
 		_, e.err = fmt.Fprintf(e.w, format, args...)
 	}
+}
+
+// writeIndented prints a server's JSON answer indented, for --json.
+func writeIndented(w io.Writer, raw []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err := buf.WriteTo(w)
+	return err
 }

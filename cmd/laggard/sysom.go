@@ -188,13 +188,7 @@ func runSysom(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *asJSON {
-		var buf bytes.Buffer
-		if err := json.Indent(&buf, raw, "", "  "); err != nil {
-			return err
-		}
-		buf.WriteByte('\n')
-		_, err := buf.WriteTo(stdout)
-		return err
+		return writeIndented(stdout, raw)
 	}
 	var rep analysis.SysomReport
 	if err := json.Unmarshal(raw, &rep); err != nil {
