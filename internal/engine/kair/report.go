@@ -1,0 +1,89 @@
+package kair
+
+import (
+	"github.com/laggard-dev/laggard/internal/signal/optrace"
+)
+
+// Kind is what a root cause names (§III-B Stage 3: "specific compute-bound
+// kernels or slow inter-worker communication").
+type Kind string
+
+const (
+	// KindOp: an operator with an abnormal execution time (rule 1).
+	KindOp Kind = "op"
+	// KindEdge: the predecessor completed on time but the op started late
+	// — data transfer or synchronization between them (rule 2, third case).
+	KindEdge Kind = "edge"
+	// KindInconclusive: the walk reached a node it cannot judge (a late
+	// op with no predecessor in the step, or one too few ranks share to
+	// score); the evidence chain says which.
+	KindInconclusive Kind = "inconclusive"
+)
+
+// Instance is one scored operator instance (§III-B Stage 2).
+type Instance struct {
+	Rank       int              `json:"rank"`
+	Name       string           `json:"name"`
+	Cat        optrace.Category `json:"cat"`
+	Occurrence int              `json:"occurrence"`
+	// StartNS is relative to the rank's step start; DurNS is the scored
+	// duration (for a joined collective the work after the last arrival)
+	// and WaitNS the collective's wait for the last member.
+	StartNS int64 `json:"start_ns"`
+	DurNS   int64 `json:"dur_ns"`
+	WaitNS  int64 `json:"wait_ns,omitempty"`
+	// ZStart, ZDur and A are the primary method's (Config.Robust);
+	// AClassic and ARobust are both methods' a_i, side by side.
+	ZStart   float64 `json:"z_start"`
+	ZDur     float64 `json:"z_dur"`
+	A        float64 `json:"a"`
+	AClassic float64 `json:"a_classic"`
+	ARobust  float64 `json:"a_robust"`
+}
+
+// RootCause is one ranked root cause (§III-B Stage 3).
+type RootCause struct {
+	Kind Kind `json:"kind"`
+	// Rank and Name are the culprit op (KindOp, KindInconclusive) or the
+	// edge's head; FromRank/From the edge's tail (KindEdge; FromRank is
+	// -1 otherwise).
+	Rank     int    `json:"rank"`
+	Name     string `json:"name"`
+	FromRank int    `json:"from_rank"`
+	From     string `json:"from,omitempty"`
+	Step     int64  `json:"step"`
+	// Symptoms is how many flagged instances the walk traced here; Score
+	// the largest a_i among them.
+	Symptoms int     `json:"symptoms"`
+	Score    float64 `json:"score"`
+	// Explains names the symptoms (flagged instances, "rank R name#k"),
+	// highest a_i first, at most maxExplains.
+	Explains []string `json:"explains"`
+	// Evidence is the longest walk that reached this cause (ties: the
+	// highest-scoring symptom's), symptom first.
+	Evidence []string `json:"evidence"`
+}
+
+// Report is the Stages 2–3 result for one step.
+type Report struct {
+	Step   int64  `json:"step"`
+	Config Config `json:"config"`
+	Ranks  int    `json:"ranks"`
+	Nodes  int    `json:"nodes"`
+	// Outliers are the instances with a_i > Config.ZThreshold, highest
+	// first (ties: rank, name, occurrence).
+	Outliers   []Instance  `json:"outliers"`
+	RootCauses []RootCause `json:"root_causes"`
+}
+
+// OutliersOf is the ranked outlier list within one rank (the straggler
+// Stage 1 localized).
+func (r *Report) OutliersOf(rank int) []Instance {
+	var out []Instance
+	for _, in := range r.Outliers {
+		if in.Rank == rank {
+			out = append(out, in)
+		}
+	}
+	return out
+}
