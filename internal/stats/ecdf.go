@@ -65,21 +65,26 @@ type Rhythms struct {
 	Outside []int     // completions outside the grid, not counted
 }
 
+// newRhythms allocates the row-major tables for nw workers on g.
+func newRhythms(g Grid, nw int) *Rhythms {
+	return &Rhythms{
+		Grid:    g,
+		Workers: nw,
+		Counts:  make([]uint32, nw*g.N),
+		CDF:     make([]float64, nw*g.N),
+		Total:   make([]int, nw),
+		Outside: make([]int, nw),
+	}
+}
+
 // NewRhythms bins times[w] (operator completion times of worker w, ns, any
 // order) on g.
 func NewRhythms(g Grid, times [][]int64) (*Rhythms, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	nw, n := len(times), g.N
-	r := &Rhythms{
-		Grid:    g,
-		Workers: nw,
-		Counts:  make([]uint32, nw*n),
-		CDF:     make([]float64, nw*n),
-		Total:   make([]int, nw),
-		Outside: make([]int, nw),
-	}
+	n := g.N
+	r := newRhythms(g, len(times))
 	for w, ts := range times {
 		row := r.Counts[w*n : (w+1)*n]
 		for _, t := range ts {
@@ -102,15 +107,8 @@ func NewRhythmsFromCounts(g Grid, counts [][]uint32) (*Rhythms, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	nw, n := len(counts), g.N
-	r := &Rhythms{
-		Grid:    g,
-		Workers: nw,
-		Counts:  make([]uint32, nw*n),
-		CDF:     make([]float64, nw*n),
-		Total:   make([]int, nw),
-		Outside: make([]int, nw),
-	}
+	n := g.N
+	r := newRhythms(g, len(counts))
 	for w, c := range counts {
 		if len(c) != n {
 			return nil, fmt.Errorf("stats: counts[%d] has %d windows, grid has %d", w, len(c), n)
