@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,8 +20,7 @@ import (
 // runGreyhound prints a job's Greyhound report from a running server.
 func runGreyhound(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("greyhound", "[flags] JOB", stderr)
-	server := fs.String("server", envOr("LAGGARD_SERVER", "http://127.0.0.1:7070"), "laggard server URL (default $LAGGARD_SERVER or http://127.0.0.1:7070)")
-	tokenFile := fs.String("token-file", "", "`FILE` holding a bearer token with the read scope (default $LAGGARD_TOKEN)")
+	cf := addClientFlags(fs, "read")
 	asJSON := fs.Bool("json", false, "print the report as JSON (docs/format/greyhound.md)")
 	last := fs.Duration("last", 0, "analyse the calls of this last span (default: the server's window, 10m)")
 	validate := fs.Bool("validate", false, "ask the controller to validate the job now (needs the ingest scope for the job)")
@@ -32,24 +32,20 @@ func runGreyhound(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return errUsage
 	}
 	job := fs.Arg(0)
-	base, err := url.Parse(strings.TrimRight(*server, "/"))
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return fmt.Errorf("-server %q: want an http(s) URL", *server)
+	c, err := cf.client(time.Minute)
+	if err != nil {
+		return err
 	}
-	tok := os.Getenv("LAGGARD_TOKEN")
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return fmt.Errorf("-token-file: %w", err)
-		}
-		tok = strings.TrimSpace(string(b))
-	}
-	c := &ghClient{base: base.String(), token: tok, hc: &http.Client{Timeout: time.Minute}}
+	c.maxBody = 256 << 20
 	if *validate {
 		var out struct {
 			Phase analysis.GreyhoundPhase `json:"phase"`
 		}
-		if err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(job)+"/greyhound/validate", nil, &out); err != nil {
+		b, _, err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(job)+"/greyhound/validate", "", nil)
+		if err != nil {
+			return greyhoundHint(err)
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "laggard greyhound: validation requested (the controller was in %s)\n", out.Phase)
@@ -58,9 +54,9 @@ func runGreyhound(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *last > 0 {
 		q.Set("last_s", strconv.FormatFloat(last.Seconds(), 'f', -1, 64))
 	}
-	var raw json.RawMessage
-	if err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(job)+"/greyhound?"+q.Encode(), nil, &raw); err != nil {
-		return err
+	raw, _, err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(job)+"/greyhound?"+q.Encode(), "", nil)
+	if err != nil {
+		return greyhoundHint(err)
 	}
 	if *asJSON {
 		return writeIndented(stdout, raw)
@@ -79,50 +75,13 @@ func envOr(k, def string) string {
 	return def
 }
 
-// ghClient is the few API calls the command makes.
-type ghClient struct {
-	base, token string
-	hc          *http.Client
-}
-
-func (c *ghClient) do(ctx context.Context, method, path string, body io.Reader, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return err
+// greyhoundHint adds what a 404 from the Greyhound routes usually means.
+func greyhoundHint(err error) error {
+	var he *httpError
+	if errors.As(err, &he) && he.status == http.StatusNotFound {
+		return fmt.Errorf("%w (does the job send collective calls? laggard.init(collectives=True) or the NCCL shim)", err)
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		msg := strings.TrimSpace(string(b))
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			msg = e.Error
-		}
-		hint := ""
-		switch resp.StatusCode {
-		case http.StatusUnauthorized, http.StatusForbidden:
-			hint = " (give a token: -token-file or $LAGGARD_TOKEN)"
-		case http.StatusNotFound:
-			hint = " (does the job send collective calls? laggard.init(collectives=True) or the NCCL shim)"
-		}
-		return fmt.Errorf("%s %s: %s: %s%s", method, path, resp.Status, msg, hint)
-	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(b, out)
+	return err
 }
 
 // renderGreyhound prints the report for people: the verdict first, then

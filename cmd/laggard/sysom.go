@@ -22,11 +22,12 @@ import (
 	"github.com/laggard-dev/laggard/internal/symbolize"
 )
 
-// sysomClient is the API calls of the sysom, symbols and profile
+// sysomClient is the API calls of the greyhound, sysom, symbols and profile
 // commands.
 type sysomClient struct {
 	base, token string
 	hc          *http.Client
+	maxBody     int64 // the largest answer read (default 1 GiB)
 }
 
 // clientFlags are -server and -token-file, shared by the commands here.
@@ -55,6 +56,14 @@ func (f clientFlags) client(timeout time.Duration) (*sysomClient, error) {
 	return &sysomClient{base: base.String(), token: tok, hc: &http.Client{Timeout: timeout}}, nil
 }
 
+// httpError is a non-2xx answer, with the server's message.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
 // do sends one request; a non-2xx answer is an error with the server's
 // message. It returns the body and the status.
 func (c *sysomClient) do(ctx context.Context, method, path, ctype string, body io.Reader) ([]byte, int, error) {
@@ -73,7 +82,11 @@ func (c *sysomClient) do(ctx context.Context, method, path, ctype string, body i
 		return nil, 0, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+	limit := c.maxBody
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
 		return nil, resp.StatusCode, err
 	}
@@ -90,7 +103,7 @@ func (c *sysomClient) do(ctx context.Context, method, path, ctype string, body i
 		case http.StatusUnauthorized, http.StatusForbidden:
 			hint = " (give a token: -token-file or $LAGGARD_TOKEN)"
 		}
-		return b, resp.StatusCode, fmt.Errorf("%s %s: %s: %s%s", method, path, resp.Status, msg, hint)
+		return b, resp.StatusCode, &httpError{status: resp.StatusCode, msg: fmt.Sprintf("%s %s: %s: %s%s", method, path, resp.Status, msg, hint)}
 	}
 	return b, resp.StatusCode, nil
 }
