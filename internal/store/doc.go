@@ -16,6 +16,13 @@
 //	k/<job>\x00<start_ns u64><rank+1 u32><id u64>     → one rank's stacks of one node window (stack.go)
 //	o/<job>\x00<start_ns u64><id u64>                → one node window's OS points (stack.go)
 //	y/<job>                                         → ProfileStats, 64 bytes
+//	a/<job>\x00<capture id 13B>                      → KAIR capture as JSON (capture.go)
+//	t/<job>\x00<capture id 13B><rank u32><part u16>  → one rank's operator trace: part 0 header, 1..n laggard.v1.OpTrace bytes (optrace.go)
+//
+// The KAIR keyspaces (byte layout in docs/format/optrace.md) keep a job's
+// newest KeepCaptures on-demand captures and, per capture, each rank's
+// operator trace in the compact laggard.v1.OpTrace encoding, cut into
+// parts of at most 8 MiB (one rank's trace is at most 64 MiB encoded).
 //
 // The collective keyspace (collective.go, collective_codec.go; byte layout
 // in docs/format/collective.md) keeps each rank's calls in enter order, so

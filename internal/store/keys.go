@@ -19,6 +19,10 @@ const (
 	prefixHighWater = "h/" // h/<job>\x00<rank u32><comm u32>: highest stored seq
 	prefixCollStats = "x/" // x/<job>: CollectiveStats
 
+	// KAIR capture and operator-trace keyspaces (capture.go, optrace.go,
+	// docs/format/optrace.md): prefixCapture "a/" (a/<job>\x00<capture
+	// id>) and prefixOpTrace "t/" (t/<job>\x00<capture id><rank u32><part u16>).
+
 	// callSuffixLen is rank(4) + enter_ns(8) + comm(4) + seq(8).
 	callSuffixLen = 4 + 8 + 4 + 8
 
@@ -150,6 +154,15 @@ func keyString(key []byte) string {
 		if rank, enter, comm, seq, ok := parseCallSuffix(key); ok {
 			return fmt.Sprintf("c/%s[rank=%d enter_ns=%d comm=#%d seq=%d]", job, rank, enter, comm, seq)
 		}
+	}
+	if rest, ok := strings.CutPrefix(string(key), prefixOpTrace); ok && len(rest) > captureIDLen+opTraceSuffixLen+1 {
+		s := rest[len(rest)-opTraceSuffixLen:]
+		rank, part := binary.BigEndian.Uint32([]byte(s)), binary.BigEndian.Uint16([]byte(s[4:]))
+		job, id := rest[:len(rest)-opTraceSuffixLen-captureIDLen-1], rest[len(rest)-opTraceSuffixLen-captureIDLen:len(rest)-opTraceSuffixLen]
+		return fmt.Sprintf("t/%q[capture=%q rank=%d part=%d]", job, id, rank, part)
+	}
+	if rest, ok := strings.CutPrefix(string(key), prefixCapture); ok && len(rest) > captureIDLen+1 {
+		return fmt.Sprintf("a/%q[capture=%q]", rest[:len(rest)-captureIDLen-1], rest[len(rest)-captureIDLen:])
 	}
 	return fmt.Sprintf("%q", key)
 }

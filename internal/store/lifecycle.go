@@ -12,8 +12,8 @@ import (
 )
 
 // DeleteJob removes job id — its registration, stats, every stored
-// vector, its collective keyspace and its Greyhound controller keyspace
-// (state, plans, results) — in one durable write (range deletions, so
+// vector, its collective keyspace, its Greyhound controller keyspace
+// (state, plans, results) and its KAIR captures with their traces — in one durable write (range deletions, so
 // its cost does not grow with the job's data). The space is reclaimed by the next
 // Reclaim. It is allowed while the disk is nearly full, since it is how
 // space is freed. Unknown ids return an error wrapping ErrNotFound.
@@ -71,6 +71,8 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	ranges := append(append([][2][]byte{{lo, hi}}, coll...), gh)
 	prof := profRanges(id) // stacks and OS stats (stack.go)
 	ranges = append(ranges, prof...)
+	capt := captureRanges(id) // KAIR captures and their traces (capture.go, optrace.go)
+	ranges = append(ranges, capt...)
 	// Reclaim compacts the collective and Greyhound ranges only when the
 	// job has some: every collective write writes its x/ key, every
 	// Greyhound write its state key.
@@ -86,6 +88,9 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	if _, closer, err := s.db.Get(profStatsKey(id)); err == nil { // every stack/OS write writes y/<job>
 		closer.Close()
 		compact = append(compact, prof...)
+	}
+	if s.hasCaptures(id) { // every trace belongs to a capture
+		compact = append(compact, capt...)
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -243,7 +248,8 @@ func (s *Store) JobAges() ([]JobAge, error) {
 }
 
 // JobDiskBytes estimates the disk space of job id's vectors, collective
-// calls and Greyhound controller records.
+// calls, Greyhound controller records, stacks, OS stats and KAIR
+// captures with their traces.
 func (s *Store) JobDiskBytes(id string) (uint64, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
@@ -253,7 +259,13 @@ func (s *Store) JobDiskBytes(id string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, r := range append(append(collRanges(id), [2][]byte{ghPrefix(id), ghPrefixEnd(id)}), profRanges(id)...) {
+	ranges := append(append(collRanges(id), [2][]byte{ghPrefix(id), ghPrefixEnd(id)}), profRanges(id)...)
+	if s.hasCaptures(id) {
+		// Only then: an empty t/ range inside another job's sstable
+		// would be estimated at that table's share.
+		ranges = append(ranges, captureRanges(id)...)
+	}
+	for _, r := range ranges {
 		m, err := s.db.EstimateDiskUsage(r[0], r[1])
 		if err != nil {
 			return 0, err

@@ -55,6 +55,8 @@ type grpKey struct {
 	name string
 }
 
+// collKey names a collective instance: (Comm, Seq), or with comm "" the
+// Stage 2 instance group in seq (traces without instance ids).
 type collKey struct {
 	comm string
 	seq  int64
@@ -240,10 +242,18 @@ func (d *dag) collectives() {
 	for k := range d.nodes {
 		nd := &d.nodes[k]
 		e := nd.ev
-		if e.Cat != optrace.Collective || e.Seq < 0 || e.Comm == "" {
+		if e.Cat != optrace.Collective {
 			continue
 		}
 		key := collKey{e.Comm, e.Seq, e.Device >= 0}
+		if e.Seq < 0 || e.Comm == "" {
+			// No instance id in the trace (gloo, and torch before 2.0, do
+			// not record one): the k-th call of the same collective op in
+			// the step is the same instance on every rank — data-parallel
+			// ranks issue their collectives in one program order, which
+			// is what the instance groups of Stage 2 already assume.
+			key = collKey{"", int64(nd.grp), e.Device >= 0}
+		}
 		c, ok := idx[key]
 		if !ok {
 			c = int32(len(d.collLast))

@@ -224,7 +224,12 @@ func (t *Trace) Validate() error {
 		return signal.FieldErrorf("clock_offset_ns", "%d out of range", t.ClockOffsetNS)
 	}
 	for i := range t.Events {
-		if err := t.Events[i].validate(fmt.Sprintf("events[%d].", i)); err != nil {
+		// The element path is built only on failure: formatting it for
+		// every event costs two allocations each on million-event traces.
+		if err := t.Events[i].validate(""); err != nil {
+			if fe, ok := err.(*signal.FieldError); ok {
+				return signal.FieldErrorf(fmt.Sprintf("events[%d].%s", i, fe.Field), "%s", fe.Msg)
+			}
 			return err
 		}
 	}

@@ -1,0 +1,559 @@
+package kair
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/optrace"
+)
+
+// The full "localize, then pinpoint" pipeline of KAIR §III-B over one
+// capture: clock alignment (Feature 4), Stage 1 on the steps every rank
+// captured, Stages 2–3 on the slowest of them, root causes aggregated
+// across steps, and a verdict that says when the evidence is weak.
+
+// RunConfig configures Run. Zero fields take the defaults (a zero
+// Config — "pinpoint" — means DefaultConfig()).
+type RunConfig struct {
+	Rhythm RhythmConfig `json:"rhythm"`
+	Config Config       `json:"pinpoint"` // Stages 2–3
+	// Align is the clock method; "" = auto: given if any trace carries a
+	// ClockOffsetNS, else collectives where they are consistent, with
+	// heartbeats for the ranks they leave out, else none.
+	Align ClockMethod `json:"align"`
+	// Steps lists the steps Stages 2–3 run on; nil = choose (MaxSteps).
+	Steps []int64 `json:"steps,omitempty"`
+	// MaxSteps: when Steps is nil, the MaxSteps slowest steps (by the
+	// largest step span of any rank) are analysed.
+	MaxSteps int `json:"max_steps"`
+}
+
+const (
+	defaultMaxSteps = 16
+	// maxMaxSteps bounds the work of one Run (each step is a pass over
+	// every event).
+	maxMaxSteps = 1024
+	// maxCauses and maxStragglerOutliers bound the report.
+	maxCauses            = 20
+	maxStragglerOutliers = 50
+)
+
+// DefaultRunConfig returns the documented defaults.
+func DefaultRunConfig() RunConfig {
+	return RunConfig{Rhythm: DefaultRhythmConfig(), Config: DefaultConfig(), MaxSteps: defaultMaxSteps}
+}
+
+func (c RunConfig) withDefaults() RunConfig {
+	c.Rhythm = c.Rhythm.withDefaults()
+	if c.Config == (Config{}) {
+		c.Config = DefaultConfig()
+	}
+	if c.MaxSteps == 0 {
+		c.MaxSteps = defaultMaxSteps
+	}
+	return c
+}
+
+// Validate checks c as Run uses it (zero fields defaulted); errors name
+// the field ("rhythm.alpha", "pinpoint.z_threshold", "steps[2]").
+func (c RunConfig) Validate() error {
+	c = c.withDefaults()
+	if err := c.Rhythm.Validate(); err != nil {
+		return prefixField("rhythm.", err)
+	}
+	if err := c.Config.Validate(); err != nil {
+		return prefixField("pinpoint.", err)
+	}
+	switch {
+	case !c.Align.valid():
+		return signal.FieldErrorf("align", "unknown method %q (want none, given, heartbeat, collectives or empty for auto)", signal.Clip(string(c.Align)))
+	case c.MaxSteps < 1 || c.MaxSteps > maxMaxSteps:
+		return signal.FieldErrorf("max_steps", "must be in [1,%d], got %d", maxMaxSteps, c.MaxSteps)
+	case len(c.Steps) > maxMaxSteps:
+		return signal.FieldErrorf("steps", "%d steps, more than %d", len(c.Steps), maxMaxSteps)
+	}
+	for i, s := range c.Steps {
+		if s < 0 || s > optrace.MaxStep {
+			return signal.FieldErrorf(fmt.Sprintf("steps[%d]", i), "%d out of range [0,%d]", s, optrace.MaxStep)
+		}
+	}
+	return nil
+}
+
+func prefixField(p string, err error) error {
+	var fe *signal.FieldError
+	if errors.As(err, &fe) {
+		return signal.FieldErrorf(p+fe.Field, "%s", fe.Msg)
+	}
+	return err
+}
+
+// Cause is a root cause aggregated over the analysed steps.
+type Cause struct {
+	// RootCause: Step is the first analysed step naming it, Symptoms the
+	// sum over steps, Score the largest, Evidence the chain of the
+	// highest-scoring step, Explains prefixed by their step.
+	RootCause
+	Steps int `json:"steps"` // analysed steps naming this cause
+}
+
+// TraceVerdict is Run's conclusion.
+type TraceVerdict string
+
+const (
+	VerdictCulprit      TraceVerdict = "culprit"      // a consistent top root cause
+	VerdictNone         TraceVerdict = "none"         // no outliers: nothing to blame
+	VerdictInconclusive TraceVerdict = "inconclusive" // too little or inconsistent evidence
+)
+
+// StepSpan is one step's extent per rank (Ranks order, reference clock).
+type StepSpan struct {
+	Step    int64   `json:"step"`
+	StartNS []int64 `json:"start_ns"`
+	EndNS   []int64 `json:"end_ns"`
+}
+
+// TraceReport is the result of Run.
+type TraceReport struct {
+	Ranks  []int           `json:"ranks"`
+	Events []int           `json:"events"` // per rank
+	Steps  []StepSpan      `json:"steps"`  // steps every rank has, ascending
+	Clock  []ClockEstimate `json:"clock"`
+	Rhythm *Rhythm         `json:"rhythm"`
+	// Analysed are the steps Stages 2–3 ran on (ascending); -1 when the
+	// traces carry no step numbers and the capture was analysed whole.
+	Analysed    []int64   `json:"analysed"`
+	StepReports []*Report `json:"step_reports"`
+	// StragglerOutliers: Stage 2's ranked list within the Stage 1
+	// straggler, over all analysed steps, highest a first, ≤ 50; empty
+	// unless Stage 1 named a straggler.
+	StragglerOutliers []Instance `json:"straggler_outliers"`
+	// Causes are ranked: steps desc, then score desc; ≤ 20.
+	Causes   []Cause      `json:"causes"`
+	Verdict  TraceVerdict `json:"verdict"`
+	Headline string       `json:"headline"`
+	Config   RunConfig    `json:"config"`
+}
+
+// Run runs the whole pipeline on one capture: traces (one per rank, any
+// order) and optional heartbeats per rank. The caller's traces are not
+// modified: alignment sets ClockOffsetNS on copies of the Trace values,
+// whose Events are shared read-only.
+func Run(traces []optrace.Trace, hb map[int][]Heartbeat, cfg RunConfig) (*TraceReport, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(traces) == 0 {
+		return nil, signal.FieldErrorf("traces", "no trace to analyse")
+	}
+	if err := checkRanks(traces); err != nil {
+		return nil, err
+	}
+	if err := checkEvents(traces); err != nil {
+		return nil, err
+	}
+	work := slices.Clone(traces)
+	slices.SortFunc(work, func(a, b optrace.Trace) int { return cmp.Compare(a.Rank, b.Rank) })
+	n := len(work)
+	rep := &TraceReport{Ranks: make([]int, n), Events: make([]int, n), Steps: []StepSpan{},
+		Analysed: []int64{}, StepReports: []*Report{}, StragglerOutliers: []Instance{},
+		Causes: []Cause{}, Config: cfg}
+	for j := range work {
+		rep.Ranks[j], rep.Events[j] = work[j].Rank, len(work[j].Events)
+	}
+	var notes []string
+	rep.Clock, notes = alignTraces(work, hb, cfg.Align)
+
+	steps := commonSteps(work)
+	rep.Steps = stepSpans(work, steps)
+	rh, err := Localize(work, cfg.Rhythm)
+	if err != nil {
+		return nil, err
+	}
+	rep.Rhythm = rh
+
+	analysed, note, err := chooseSteps(work, rep.Steps, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if note != "" {
+		notes = append(notes, note)
+	}
+	rep.Analysed = analysed
+	for _, s := range analysed {
+		r, err := Analyze(work, s, cfg.Config)
+		if err != nil {
+			return nil, err
+		}
+		rep.StepReports = append(rep.StepReports, r)
+	}
+	rep.Causes = aggregateCauses(rep.StepReports)
+	if rh.Verdict == RhythmStraggler {
+		rep.StragglerOutliers = stragglerOutliers(rep.StepReports, rh.Straggler)
+	}
+	rep.Verdict, rep.Headline = verdict(rep, cfg, notes)
+	return rep, nil
+}
+
+// checkEvents rejects what would make the arithmetic meaningless
+// (negative durations, times beyond optrace bounds, unknown categories);
+// the error names the element. The index is formatted only on failure:
+// traces run to millions of events.
+func checkEvents(traces []optrace.Trace) error {
+	for i := range traces {
+		t := &traces[i]
+		if t.ClockOffsetNS < -optrace.MaxAbsNS || t.ClockOffsetNS > optrace.MaxAbsNS {
+			return signal.FieldErrorf(fmt.Sprintf("traces[%d].clock_offset_ns", i), "%d out of range", t.ClockOffsetNS)
+		}
+		for j := range t.Events {
+			e := &t.Events[j]
+			var field string
+			switch {
+			case !e.Cat.Valid():
+				field = "cat"
+			case e.DurNS < 0 || e.DurNS > optrace.MaxDurNS:
+				field = "dur_ns"
+			case e.StartNS < -optrace.MaxAbsNS || e.StartNS > optrace.MaxAbsNS:
+				field = "start_ns"
+			default:
+				continue
+			}
+			return signal.FieldErrorf(fmt.Sprintf("traces[%d].events[%d].%s", i, j, field), "out of range (run Trace.Validate)")
+		}
+	}
+	return nil
+}
+
+// alignTraces sets ClockOffsetNS on work (sorted by rank) by method m and
+// returns the estimates (work order) and notes for the headline.
+func alignTraces(work []optrace.Trace, hb map[int][]Heartbeat, m ClockMethod) ([]ClockEstimate, []string) {
+	n := len(work)
+	est := make([]ClockEstimate, n)
+	given := false
+	for j := range work {
+		given = given || work[j].ClockOffsetNS != 0
+	}
+	hbOf := func(j int) (ClockEstimate, bool) {
+		s, ok := hb[work[j].Rank]
+		if !ok {
+			return ClockEstimate{}, false
+		}
+		e, err := OffsetFromHeartbeats(work[j].Rank, s)
+		return e, err == nil
+	}
+	heartbeatAll := func() {
+		for j := range work {
+			if e, ok := hbOf(j); ok {
+				est[j] = e
+			} else {
+				est[j] = ClockEstimate{Rank: work[j].Rank, Method: ClockNone}
+			}
+		}
+	}
+	switch {
+	case m == ClockGiven || (m == "" && given):
+		for j := range work {
+			est[j] = ClockEstimate{Rank: work[j].Rank, Method: ClockGiven, OffsetNS: work[j].ClockOffsetNS}
+		}
+	case m == ClockNone:
+		for j := range work {
+			est[j] = ClockEstimate{Rank: work[j].Rank, Method: ClockNone}
+		}
+	case m == ClockHeartbeat:
+		heartbeatAll()
+	case m == ClockCollectives:
+		est, _ = AlignByCollectives(work) // ranks checked by Run
+	default: // auto
+		col, _ := AlignByCollectives(work)
+		reached := 0
+		for j := 1; j < n; j++ {
+			if col[j].Method == ClockCollectives {
+				reached++
+			}
+		}
+		anyHB := false
+		for j := range work {
+			_, ok := hbOf(j)
+			anyHB = anyHB || ok
+		}
+		switch {
+		case reached == 0 && anyHB:
+			heartbeatAll()
+		case reached == 0:
+			for j := range work {
+				est[j] = ClockEstimate{Rank: work[j].Rank, Method: ClockNone}
+			}
+		default:
+			// Collectives where consistent; heartbeats, made relative to
+			// the reference (lowest) rank, for the ranks they leave out
+			// or contradict.
+			ref, refOK := hbOf(0)
+			for j := range work {
+				est[j] = col[j]
+				if j == 0 || (col[j].Method == ClockCollectives && col[j].Violations == 0) || !refOK {
+					continue
+				}
+				if e, ok := hbOf(j); ok {
+					off, ok1 := sub(e.OffsetNS, ref.OffsetNS)
+					res, ok2 := addSat(e.ResidualNS, ref.ResidualNS)
+					if ok1 && ok2 {
+						est[j] = ClockEstimate{Rank: e.Rank, Method: ClockHeartbeat, OffsetNS: off,
+							ResidualNS: res, Samples: e.Samples}
+					}
+				}
+			}
+		}
+	}
+	var none []string
+	var notes []string
+	for j := range work {
+		if o := est[j].OffsetNS; o < -optrace.MaxAbsNS || o > optrace.MaxAbsNS {
+			// An offset beyond any real clock difference comes from
+			// corrupt input; applying it would overflow event times.
+			notes = append(notes, fmt.Sprintf("clock: rank %d's %s offset %d ns is out of range and was not applied", work[j].Rank, est[j].Method, o))
+			est[j] = ClockEstimate{Rank: work[j].Rank, Method: ClockNone}
+		}
+		work[j].ClockOffsetNS = est[j].OffsetNS
+		if est[j].Method == ClockNone {
+			none = append(none, fmt.Sprint(work[j].Rank))
+		}
+		if v := est[j].Violations; v > 0 {
+			notes = append(notes, fmt.Sprintf("clock: rank %d's collectives contradict barrier semantics in %d instances, so its offset (±%d ns) is an estimate, not a bound", work[j].Rank, v, est[j].ResidualNS))
+		}
+	}
+	if n > 1 && len(none) > 0 && m != ClockNone {
+		notes = append(notes, fmt.Sprintf("clock: rank(s) %s not aligned (no shared collective or heartbeat), cross-rank arrival times may be off", clipList(none)))
+	}
+	return est, notes
+}
+
+func clipList(xs []string) string {
+	if len(xs) > 8 {
+		return strings.Join(xs[:8], ", ") + fmt.Sprintf(" and %d more", len(xs)-8)
+	}
+	return strings.Join(xs, ", ")
+}
+
+// stepSpans is each common step's [first start, last end] per rank on
+// the aligned clock.
+func stepSpans(work []optrace.Trace, steps []int64) []StepSpan {
+	out := make([]StepSpan, len(steps))
+	at := make(map[int64]int, len(steps))
+	for i, s := range steps {
+		at[s] = i
+		out[i] = StepSpan{Step: s, StartNS: make([]int64, len(work)), EndNS: make([]int64, len(work))}
+		for j := range work {
+			out[i].StartNS[j], out[i].EndNS[j] = math.MaxInt64, math.MinInt64
+		}
+	}
+	for j := range work {
+		t := &work[j]
+		for k := range t.Events {
+			e := &t.Events[k]
+			i, ok := at[e.Step]
+			if !ok {
+				continue
+			}
+			s := e.StartNS + t.ClockOffsetNS // bounded by checkEvents: no overflow
+			out[i].StartNS[j] = min(out[i].StartNS[j], s)
+			out[i].EndNS[j] = max(out[i].EndNS[j], s+e.DurNS)
+		}
+	}
+	return out
+}
+
+// chooseSteps picks the steps Stages 2–3 run on: cfg.Steps (each must be
+// one every rank has), else the MaxSteps slowest by their largest rank
+// span — a straggler's slow step is the one worth pinpointing. Without
+// any common step but with step-less events on every rank, the capture is
+// analysed whole as "step" -1.
+func chooseSteps(work []optrace.Trace, spans []StepSpan, cfg RunConfig) ([]int64, string, error) {
+	if cfg.Steps != nil {
+		have := make(map[int64]bool, len(spans))
+		for _, s := range spans {
+			have[s.Step] = true
+		}
+		out := []int64{}
+		for i, s := range cfg.Steps {
+			if !have[s] {
+				return nil, "", signal.FieldErrorf(fmt.Sprintf("steps[%d]", i), "step %d is not captured by every rank", s)
+			}
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+		slices.Sort(out)
+		return out, "", nil
+	}
+	if len(spans) == 0 {
+		for j := range work {
+			if !slices.ContainsFunc(work[j].Events, func(e optrace.Event) bool { return e.Step < 0 }) {
+				return []int64{}, "", nil
+			}
+		}
+		return []int64{-1}, "the traces carry no step every rank has: the whole capture was analysed as one step", nil
+	}
+	type sd struct {
+		step int64
+		dur  int64
+	}
+	ds := make([]sd, len(spans))
+	for i, s := range spans {
+		d := int64(0)
+		for j := range s.StartNS {
+			d = max(d, s.EndNS[j]-s.StartNS[j])
+		}
+		ds[i] = sd{s.Step, d}
+	}
+	slices.SortStableFunc(ds, func(a, b sd) int { return cmp.Compare(b.dur, a.dur) })
+	out := make([]int64, 0, min(len(ds), cfg.MaxSteps))
+	for _, x := range ds[:min(len(ds), cfg.MaxSteps)] {
+		out = append(out, x.step)
+	}
+	slices.Sort(out)
+	return out, "", nil
+}
+
+// aggregateCauses merges the steps' root causes by (kind, rank, name,
+// from_rank, from).
+func aggregateCauses(reps []*Report) []Cause {
+	var out []Cause
+	at := map[causeKey]int{}
+	for _, r := range reps {
+		for _, rc := range r.RootCauses {
+			k := causeKey{rc.Kind, rc.Rank, rc.Name, rc.FromRank, rc.From}
+			ex := make([]string, 0, len(rc.Explains))
+			for _, e := range rc.Explains {
+				ex = append(ex, fmt.Sprintf("step %d: %s", r.Step, e))
+			}
+			i, ok := at[k]
+			if !ok {
+				c := Cause{RootCause: rc, Steps: 1}
+				c.Explains = ex[:min(len(ex), maxExplains)]
+				c.Evidence = slices.Clone(rc.Evidence)
+				at[k] = len(out)
+				out = append(out, c)
+				continue
+			}
+			c := &out[i]
+			c.Steps++
+			c.Symptoms += rc.Symptoms
+			if rc.Score > c.Score {
+				c.Score, c.Evidence = rc.Score, slices.Clone(rc.Evidence)
+			}
+			c.Explains = append(c.Explains, ex[:min(len(ex), maxExplains-len(c.Explains))]...)
+		}
+	}
+	slices.SortFunc(out, func(a, b Cause) int {
+		return cmp.Or(cmp.Compare(b.Steps, a.Steps), cmp.Compare(b.Score, a.Score),
+			kindRank(a.Kind)-kindRank(b.Kind), cmp.Compare(b.Symptoms, a.Symptoms),
+			cmp.Compare(a.Rank, b.Rank), cmp.Compare(a.Name, b.Name),
+			cmp.Compare(a.FromRank, b.FromRank), cmp.Compare(a.From, b.From))
+	})
+	if out == nil {
+		return []Cause{}
+	}
+	return out[:min(len(out), maxCauses)]
+}
+
+// stragglerOutliers is Stage 2's ranked list within the Stage 1 straggler
+// (§III-B Stage 2: "a ranked list of the most suspicious operations within
+// the straggler"), across steps.
+func stragglerOutliers(reps []*Report, rank int) []Instance {
+	out := []Instance{}
+	for _, r := range reps {
+		out = append(out, r.OutliersOf(rank)...)
+	}
+	slices.SortStableFunc(out, func(a, b Instance) int { return cmp.Compare(b.A, a.A) })
+	return out[:min(len(out), maxStragglerOutliers)]
+}
+
+// describeCause is a cause in words.
+func describeCause(c *Cause) string {
+	switch c.Kind {
+	case KindOp:
+		return fmt.Sprintf("operator %s on rank %d, which ran abnormally long", c.Name, c.Rank)
+	case KindEdge:
+		return fmt.Sprintf("the dependency edge rank %d %s → rank %d %s (its predecessor finished on time but the op started late: transfer or synchronization)",
+			c.FromRank, c.From, c.Rank, c.Name)
+	}
+	return fmt.Sprintf("%s on rank %d (the blame walk could not judge it)", c.Name, c.Rank)
+}
+
+// verdict decides the TraceVerdict and writes the headline. A culprit is
+// named only when the top cause is actionable and appears in at least
+// half the analysed steps; Stage 1 and Stage 3 disagreeing is said.
+func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, string) {
+	var parts []string
+	v := VerdictInconclusive
+	na := len(rep.Analysed)
+	outliers := 0
+	for _, r := range rep.StepReports {
+		outliers += len(r.Outliers)
+	}
+	var top *Cause
+	if len(rep.Causes) > 0 {
+		top = &rep.Causes[0]
+	}
+	switch {
+	case len(rep.Ranks) < cfg.Config.MinRanks:
+		parts = append(parts, fmt.Sprintf("Inconclusive: only %d rank(s) — Stage 2 needs at least %d ranks sharing an operator to tell which one deviates, so no operator can be judged.",
+			len(rep.Ranks), cfg.Config.MinRanks))
+	case na == 0:
+		parts = append(parts, "Inconclusive: no training step was captured by every rank, so there is nothing to compare across ranks.")
+	case top == nil && outliers == 0:
+		v = VerdictNone
+		parts = append(parts, fmt.Sprintf("No operator outliers (a_i > %g) in the %d analysed step(s): nothing to blame.", cfg.Config.ZThreshold, na))
+	case top == nil:
+		v = VerdictNone
+		parts = append(parts, fmt.Sprintf("%d operator outlier(s) in the %d analysed step(s), all early or fast: nothing late or slow to blame.", outliers, na))
+	case top.Kind != KindInconclusive && 2*top.Steps >= na:
+		v = VerdictCulprit
+		parts = append(parts, fmt.Sprintf("Culprit: %s — in %d of %d analysed step(s), explaining %d flagged instance(s) (a = %.1f).",
+			describeCause(top), top.Steps, na, top.Symptoms, top.Score))
+	default:
+		var lead *Cause
+		for i := range rep.Causes {
+			if rep.Causes[i].Kind != KindInconclusive {
+				lead = &rep.Causes[i]
+				break
+			}
+		}
+		if lead != nil {
+			parts = append(parts, fmt.Sprintf("Inconclusive: the leading candidate, %s, appears in only %d of %d analysed step(s) — too inconsistent to name.",
+				describeCause(lead), lead.Steps, na))
+		} else {
+			why := ""
+			if len(top.Evidence) > 0 {
+				why = " (" + top.Evidence[len(top.Evidence)-1] + ")"
+			}
+			parts = append(parts, fmt.Sprintf("Inconclusive: every blame walk stopped at an operator it could not judge%s.", why))
+		}
+	}
+	rh := rep.Rhythm
+	switch {
+	case rh == nil:
+	case rh.Verdict == RhythmStraggler && v == VerdictCulprit &&
+		rh.Straggler != top.Rank && !(top.Kind == KindEdge && rh.Straggler == top.FromRank):
+		parts = append(parts, fmt.Sprintf("Stage 1's rhythm straggler is rank %d, not the culprit's rank %d: the culprit is where the delay starts, the straggler the rank whose completions diverge most — look at both.",
+			rh.Straggler, top.Rank))
+	case rh.Verdict == RhythmStraggler && v == VerdictCulprit:
+		parts = append(parts, fmt.Sprintf("Stage 1 localizes the same rank (S = %.3f).", rh.Score[slices.Index(rh.Ranks, rh.Straggler)]))
+	case rh.Verdict == RhythmStraggler:
+		parts = append(parts, fmt.Sprintf("Stage 1 localizes rank %d as the straggler: %s.", rh.Straggler, rh.Why))
+	case rh.Verdict == RhythmNone:
+		parts = append(parts, "Stage 1: "+rh.Why+".")
+	default:
+		parts = append(parts, "Stage 1 inconclusive: "+rh.Why+".")
+	}
+	for _, n := range notes {
+		parts = append(parts, strings.ToUpper(n[:1])+n[1:]+".")
+	}
+	return v, strings.Join(parts, " ")
+}
