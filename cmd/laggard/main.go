@@ -7,6 +7,8 @@
 //	laggard changepoints  change points in a step,value series (BOCD+V)
 //	laggard greyhound show a job's Greyhound report
 //	laggard sysom     show a job's SysOM-AI report
+//	laggard trace     run KAIR (rhythm, outliers, blame) on per-rank Kineto traces
+//	laggard capture   ask a job's ranks for a profiler capture and show its KAIR report
 //	laggard symbols   add ELF files to the central symbol store
 //	laggard profile   import or export CPU profiles (pprof, collapsed)
 //	laggard demo      train a real PyTorch DDP job with an injected straggler and diagnose it
@@ -67,6 +69,15 @@ func commands() []command {
 		{name: "sysom", summary: "show a job's SysOM-AI report: slow ranks, CPU waterline, layered GPU/CPU/OS diagnosis, temporal baseline", run: runSysom, examples: []string{
 			"laggard sysom -job run42                    # the latest 5 minutes against the job's first steady window",
 			"laggard sysom -job run42 -last 10m --json | jq .diagnoses",
+		}},
+		{name: "trace", summary: "run KAIR on per-rank PyTorch profiler (Kineto) traces: the straggler rank, its outlier operators, their root causes", run: runTrace, examples: []string{
+			"laggard trace rank0.json.gz rank1.json.gz rank2.json.gz rank3.json.gz",
+			"laggard trace -steps 120,121 -align collectives --json traces/*.json | jq .causes",
+		}},
+		{name: "capture", summary: "ask a job's ranks to record a torch.profiler window (KAIR triggered capture) and show its KAIR report", run: runCapture, examples: []string{
+			"laggard capture -wait 5m run42                # record 5 steps on every rank, then print the KAIR report",
+			"laggard capture -ranks 0,3 -steps 8 -every 2 -reason 'slow since 12:00' run42",
+			"laggard capture -list run42",
 		}},
 		{name: "symbols", summary: "add ELF files to the central symbol store (uploaded by Build-ID, or into a local data directory)", run: runSymbols, examples: []string{
 			"laggard symbols add -server http://laggard:7070 ./trainer /usr/lib/libfoo.so",

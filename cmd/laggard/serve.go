@@ -31,6 +31,7 @@ type serveOptions struct {
 	queueDepth int
 	maxBody    int64
 	greyhound  greyhoundOptions
+	kair       kairOptions
 	sec        securityOptions // serve's own flags; demo leaves them zero
 	life       storageOptions  // serve's own flags; demo leaves them zero
 }
@@ -167,6 +168,35 @@ func (o *serveOptions) register(fs *flag.FlagSet, defaultData string) {
 	fs.Int64Var(&o.maxBody, "max-body", 64<<20, "largest accepted request body in bytes, 1024..4294967296")
 	fs.DurationVar(&o.greyhound.interval, "greyhound-interval", 2*time.Second, "how often the Greyhound controller evaluates each job with collective calls (0: off; the report and validation routes still serve)")
 	fs.DurationVar(&o.greyhound.margin, "greyhound-margin", 3*time.Second, "how far ahead of the ranks a validation plan's at_step is scheduled")
+	fs.StringVar(&o.kair.trigger, "kair-trigger", "on", "KAIR auto capture: on (a named straggler, a fresh step-time onset or Greyhound leaving tracking asks ranks to record a profiler window) or off (manual captures only)")
+	fs.DurationVar(&o.kair.cooldown, "kair-cooldown", 10*time.Minute, "no KAIR auto capture while the job's newest capture is younger than this, 1s..168h")
+	fs.IntVar(&o.kair.steps, "kair-steps", 5, "sampled training steps a KAIR capture records unless the request says otherwise, 1..64")
+}
+
+// kairOptions configure KAIR's triggered capture; demo leaves them zero
+// (the defaults: trigger on, 10m, 5 steps).
+type kairOptions struct {
+	trigger  string
+	cooldown time.Duration
+	steps    int
+}
+
+func (o kairOptions) config() detect.KairConfig {
+	return detect.KairConfig{Off: o.trigger == "off", Cooldown: o.cooldown, Steps: o.steps}
+}
+
+func (o kairOptions) validate() error {
+	var errs []error
+	if o.trigger != "" && o.trigger != "on" && o.trigger != "off" {
+		errs = append(errs, fmt.Errorf("-kair-trigger must be on or off, got %q", o.trigger))
+	}
+	if o.cooldown != 0 {
+		errs = append(errs, checkRange("kair-cooldown", o.cooldown, time.Second, 168*time.Hour))
+	}
+	if o.steps != 0 {
+		errs = append(errs, checkRange("kair-steps", o.steps, 1, 64))
+	}
+	return errors.Join(errs...)
 }
 
 // greyhoundOptions schedule the Greyhound-Detect controller.
@@ -191,6 +221,7 @@ func (o *serveOptions) validate() error {
 		}
 	}
 	return errors.Join(
+		o.kair.validate(),
 		checkRange("greyhound-margin", o.greyhound.margin, 0, time.Hour),
 		checkRange("queue", o.queueDepth, 1, 1<<20),
 		checkRange("max-body", o.maxBody, 1<<10, 1<<32),
@@ -277,7 +308,7 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 	}
 	srv, err := server.New(server.Config{
 		Addr: ln.Addr().String(), DataDir: absPath(o.dataDir), QueueDepth: o.queueDepth, MaxBodyBytes: o.maxBody,
-		Greyhound:  o.greyhound.config(),
+		Greyhound: o.greyhound.config(), Kair: o.kair.config(),
 		QueueBytes: int64(o.life.queueBytes), Logger: log, UI: ui.Handler(), Access: access, HTTP: httpOpts,
 		Lifecycle: server.LifecycleConfig{RetentionAge: o.life.retentionAge, RetentionSize: int64(o.life.retentionSize),
 			Interval: o.life.compactInterval},

@@ -79,10 +79,22 @@ type Deps struct {
 	// Symbols, if set, is the central symbol store agents upload
 	// binaries to by Build-ID (symbols.go); nil answers 501.
 	Symbols SymbolStore
+	// Kair, if set, serves KAIR's captures, trace uploads and report
+	// (kair.go); nil answers 404.
+	Kair Kair
+	// MaxTraceBytes, MaxTraceEvents and TraceUploads bound KAIR trace
+	// uploads (DefaultMaxTraceBytes, DefaultMaxTraceEvents,
+	// DefaultTraceUploads when ≤ 0).
+	MaxTraceBytes  int64
+	MaxTraceEvents int
+	TraceUploads   int
 }
 
 // API serves the /api/v1 routes.
-type API struct{ d Deps }
+type API struct {
+	d       Deps
+	uploads chan struct{} // KAIR trace decode slots (kair.go)
+}
 
 // New returns the API over d.
 func New(d Deps) *API {
@@ -110,6 +122,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	a.registerGreyhound(mux)
 	a.registerSysom(mux)
 	a.registerStacks(mux) // stack, OS-stat and profile ingest, symbol upload (stacks.go)
+	a.registerKair(mux)   // KAIR captures, trace uploads and report (kair.go)
 	// Unknown API paths get a JSON 404 rather than falling through to the UI.
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusNotFound, errors.New("no API route "+r.Method+" "+r.URL.Path))

@@ -37,6 +37,7 @@ type Metrics struct {
 	reportSeconds          prometheus.Histogram
 	shedLog                shedLog
 	stacks                 stackMetrics // SysOM-AI ingest (stacks.go)
+	kair                   kairMetrics  // KAIR trace uploads (kair.go)
 }
 
 // NewMetrics registers the API metrics on reg.
@@ -62,6 +63,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	if err := m.stacks.register(reg); err != nil {
+		return nil, err
+	}
+	if err := m.kair.register(reg); err != nil {
 		return nil, err
 	}
 	// Pre-create every reason so rate() works before the first rejection.

@@ -50,6 +50,11 @@ const MaxHeavyReads = 2
 const heavyWait = 2 * time.Second
 
 func (a *API) gate(sem chan struct{}, h http.HandlerFunc) http.HandlerFunc {
+	return a.gateNamed(sem, "SysOM-AI", h)
+}
+
+// gateNamed is gate naming the analyses in its 503.
+func (a *API) gateNamed(sem chan struct{}, what string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		t := time.NewTimer(heavyWait)
 		select {
@@ -58,7 +63,7 @@ func (a *API) gate(sem chan struct{}, h http.HandlerFunc) http.HandlerFunc {
 		case <-t.C:
 			retry := max(a.d.RetryAfter, time.Second)
 			w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
-			a.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%d SysOM-AI analyses are running; retry later", cap(sem)))
+			a.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%d %s analyses are running; retry later", cap(sem), what))
 			return
 		case <-r.Context().Done():
 			t.Stop()

@@ -103,6 +103,9 @@ type Controller struct {
 	evalSeq uint64
 	forgot  map[string]uint64
 	reports map[string]cachedReport
+	// onLeaveTracking, if set (Kair.Attach, before Run), is told when a
+	// job's controller leaves tracking.
+	onLeaveTracking func(job, why string, rep *analysis.GreyhoundReport)
 }
 
 // cachedReport is the report a round computed for a job.
@@ -317,6 +320,14 @@ func (c *Controller) step(ctx context.Context, job string, now time.Time, seq ui
 		}
 	}
 	c.publish(job, seq, res.Next.Controller, res.Report)
+	if fn := c.onLeaveTracking; fn != nil {
+		for _, t := range res.Transitions {
+			if t.From == analysis.PhaseTracking && t.To != analysis.PhaseTracking {
+				fn(job, t.Reason, res.Report) // KAIR's auto capture (kair.go)
+				break
+			}
+		}
+	}
 	return nil
 }
 

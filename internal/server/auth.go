@@ -82,11 +82,22 @@ var routeAccess = map[string]access{
 	"GET /api/v1/jobs/{id}/validation":                needIngestJob,
 	"POST /api/v1/jobs/{id}/validation/{vid}/results": needIngestJob,
 	"DELETE /api/v1/jobs/{id}":                        needAdmin,
-	"/api/":                                           anyToken,
-	"/":                                               public,
-	"":                                                anyToken, // the mux's own 404/405/redirects
-	"GET /metrics":                                    needRead, // MetricsPublic makes it public
-	"GET /healthz":                                    public,   // HealthzPrivate makes it needRead
+	// KAIR (issue 9): reads need read; asking for or cancelling a capture
+	// is like greyhound/validate; the poll and the trace upload are the
+	// job's client.
+	"GET /api/v1/jobs/{id}/captures":               needRead,
+	"GET /api/v1/jobs/{id}/captures/{cid}":         needRead,
+	"GET /api/v1/jobs/{id}/kair":                   needRead,
+	"GET /api/v1/jobs/{id}/kair/timeline":          needRead,
+	"POST /api/v1/jobs/{id}/captures":              needIngestJob, // admin implies it
+	"DELETE /api/v1/jobs/{id}/captures/{cid}":      needIngestJob,
+	"GET /api/v1/jobs/{id}/captures/pending":       needIngestJob,
+	"POST /api/v1/jobs/{id}/captures/{cid}/traces": needIngestJob,
+	"/api/":        anyToken,
+	"/":            public,
+	"":             anyToken, // the mux's own 404/405/redirects
+	"GET /metrics": needRead, // MetricsPublic makes it public
+	"GET /healthz": public,   // HealthzPrivate makes it needRead
 }
 
 // handle registers h on mux at pattern with what it needs: the way for a

@@ -100,6 +100,9 @@ func (s *Server) forgetJob(job string) {
 	if s.greyhound != nil {
 		s.greyhound.Forget(job) // its series; the keyspace went with the job (store.DeleteJob)
 	}
+	if s.kair != nil {
+		s.kair.Forget(job) // its cached open capture and reports
+	}
 }
 
 // onDelete is the API's OnDelete: the diagnosis forgets the job at once

@@ -52,6 +52,13 @@ type Config struct {
 	// negative Interval disables its loop; the report and validation
 	// routes still serve).
 	Greyhound detect.GreyhoundConfig
+	// Kair configures KAIR's triggered capture (auto trigger, cooldown,
+	// default steps; kair.go).
+	Kair detect.KairConfig
+	// MaxTraceBytes and MaxTraceEvents bound one rank's KAIR trace upload
+	// (defaults api.DefaultMaxTraceBytes, api.DefaultMaxTraceEvents).
+	MaxTraceBytes  int64
+	MaxTraceEvents int
 	// RetryAfter is the back-off advertised with 429 (default 1s).
 	RetryAfter time.Duration
 	// ShutdownTimeout bounds the graceful drain of open requests (default
@@ -128,6 +135,7 @@ type Server struct {
 	apiMetrics *api.Metrics
 	sysom      *analysis.Sysom     // nil without a stack keyspace or symbol store (sysom.go)
 	resolver   *symbolize.Resolver // names the stacks sysom reads
+	kair       *detect.Kair        // nil without a capture keyspace (kair.go)
 
 	mu        sync.Mutex
 	addr      net.Addr
@@ -181,7 +189,11 @@ func New(cfg Config, st Store) (*Server, error) {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
-	if s.detector, err = detect.New(cfg.Detect, cat, st, s.analyzer, s.reg, s.log); err != nil {
+	if err := s.startKair(&cfg, st, cat); err != nil {
+		s.vectors.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if s.detector, err = detect.New(cfg.Detect, cat, st, s.detectReporter(), s.reg, s.log); err != nil {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -199,6 +211,9 @@ func New(cfg Config, st Store) (*Server, error) {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
+	if s.kair != nil {
+		s.kair.Attach(s.detector, s.greyhound)
+	}
 	gate, err := s.newGate()
 	if err != nil {
 		s.vectors.Close()
@@ -215,7 +230,8 @@ func New(cfg Config, st Store) (*Server, error) {
 	mux := http.NewServeMux()
 	colls, _ := st.(api.CollectiveReader) // optional: test stores may lack it
 	api.New(api.Deps{Catalog: cat, Reader: st, Vectors: s.vectors, Collectives: colls, Gate: gate, Reporter: s.analyzer, Diagnoses: s.detector, Greyhound: ghAPI,
-		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, OnDelete: s.onDelete, Symbols: cfg.Symbols, Sysom: s.sysomAPI()}).Register(mux)
+		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, OnDelete: s.onDelete, Symbols: cfg.Symbols, Sysom: s.sysomAPI(), Kair: s.kairAPI(),
+		MaxTraceBytes: cfg.MaxTraceBytes, MaxTraceEvents: cfg.MaxTraceEvents}).Register(mux)
 	// Routes outside api.Register declare what they need with s.handle
 	// (api.Register's routes are listed in routeAccess).
 	s.handle(mux, "GET /metrics", needRead, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
@@ -304,7 +320,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	dctx, stopDetect := context.WithCancel(ctx)
 	detectDone := make(chan struct{})
 	ghDone := make(chan struct{})
+	kairDone := make(chan struct{})
 	go func() { defer close(detectDone); s.detector.Run(dctx) }()
+	go func() {
+		defer close(kairDone)
+		if s.kair != nil {
+			s.kair.Run(dctx)
+		}
+	}()
 	go func() {
 		defer close(ghDone)
 		if s.greyhound != nil {
@@ -327,6 +350,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stopDetect()
 	<-detectDone
 	<-ghDone
+	<-kairDone
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	shutErr := hs.Shutdown(sctx)

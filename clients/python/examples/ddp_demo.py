@@ -12,6 +12,22 @@ Fault families (all host-side sleeps on the hidden rank, §6):
   backward_comm  a DDP comm hook sleeps before the gradient allreduce
   callback_sync  sleep in callbacks, then dist.barrier() on every rank
   callback_host  sleep in callbacks only, no barrier (host-only control)
+  forward_compute  real extra compute (one square matmul sized to ~--delay-ms
+                 on an idle core) inside one layer's forward (--fault-layer),
+                 on the hidden rank; not a sleep (KAIR "slow operator")
+
+--fault-layer names the module forward_compute slows (default
+enc.layers.0.linear1). While a forward_compute phase is configured, every
+rank wraps that module's forward in a record_function range
+"layer.<name>" and runs the extra matmul there: a tiny one on healthy
+ranks and outside the fault, the calibrated one on the hidden rank during
+it — so all ranks run the same operators (KAIR Stage 2 groups instances
+by name + occurrence) and only durations differ.
+--fault-log PATH ({rank} substituted) writes the hidden rank's injected
+intervals as JSON lines {"step","fault","t0_ns","t1_ns","step_t0_ns"}
+(time_ns; step_t0_ns = just inside perf.step): ground truth for eval/kair.
+--capture on|off sets LAGGARD_CAPTURE for the client's triggered operator
+capture (KAIR; default: the client's own default).
 
 Greyhound fault injection (steps count from 0 across phases; "until" is
 exclusive, -1 = to the end):
@@ -49,7 +65,8 @@ sys.path.insert(0, os.path.join(HERE, ".."))  # clients/python (repo or `laggard
 
 import laggard  # noqa: E402
 
-FAULTS = ("none", "data", "backward", "backward_comm", "forward_host", "callback_sync", "callback_host")
+FAULTS = ("none", "data", "backward", "backward_comm", "forward_host", "callback_sync", "callback_host",
+          "forward_compute")
 
 
 def parse_phases(spec, steps, delay_ms):
@@ -132,6 +149,65 @@ class FaultState:
 
     def __init__(self):
         self.comm_delay_s = 0.0
+        self.step = -1
+        self.step_t0_ns = 0
+        self.log = None  # --fault-log file on the hidden rank
+
+    def record(self, fault, t0_ns, t1_ns):
+        if self.log is not None:
+            self.log.write('{"step":%d,"fault":"%s","t0_ns":%d,"t1_ns":%d,"step_t0_ns":%d}\n' % (
+                self.step, fault, t0_ns, t1_ns, self.step_t0_ns))
+            self.log.flush()
+
+
+class SlowLayer:
+    """forward_compute: a forward hook pair on one module. The pre-hook
+    opens a record_function range "layer.<name>" (a PerfScope-like stage
+    marker, KAIR §III-A); the post-hook runs one square float32 matmul of
+    side n and closes the range. Healthy ranks (and the hidden rank outside
+    the fault) use n = 8; the hidden rank during the fault uses the side
+    calibrated so the matmul costs about --delay-ms on an idle core: real
+    compute, so the slowed operator is an operator, not a gap."""
+
+    SMALL = 8
+
+    def __init__(self, torch, module, name, state):
+        self.torch, self.scope, self.state = torch, "layer." + name, state
+        self.big = self.SMALL
+        self.on = False
+        self.rf = None
+        module.register_forward_pre_hook(self.pre)
+        module.register_forward_hook(self.post)
+
+    def calibrate(self, delay_ms):
+        """Side n with an n×n matmul ≈ delay_ms (cost ∝ n³, from a 256 probe)."""
+        t = self.torch
+        a = t.randn(256, 256)
+        best = None
+        for _ in range(5):
+            t0 = time.perf_counter()
+            t.mm(a, a)
+            dt = time.perf_counter() - t0
+            best = dt if best is None else min(best, dt)
+        n = int(round(256 * (delay_ms / 1e3 / max(best, 1e-6)) ** (1.0 / 3.0)))
+        self.big = max(self.SMALL, min(n, 4096))
+        return self.big
+
+    def pre(self, module, inputs):
+        self.rf = self.torch.autograd.profiler.record_function(self.scope)
+        self.rf.__enter__()
+
+    def post(self, module, inputs, output):
+        n = self.big if self.on else self.SMALL
+        a = self.torch.ones(n, n)
+        t0 = time.time_ns()
+        self.torch.mm(a, a)
+        if self.on:
+            self.state.record("forward_compute", t0, time.time_ns())
+        rf, self.rf = self.rf, None
+        if rf is not None:
+            rf.__exit__(None, None, None)
+        return output
 
 
 def in_window(step, start, until):
@@ -189,6 +265,20 @@ def log_tensor_stats(f, model, step, values):
     f.flush()
 
 
+def capture_kw(args):
+    """capture=True/False for laggard.Perf when --capture is given and this
+    client has triggered capture (KAIR); {} otherwise (the client's default,
+    which also reads LAGGARD_CAPTURE)."""
+    if args.capture is None:
+        return {}
+    import inspect
+    try:
+        params = inspect.signature(laggard.Perf.__init__).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"capture": args.capture == "on"} if "capture" in params else {}
+
+
 def worker(rank, args, port, phases):
     import torch
     import torch.distributed as dist
@@ -212,16 +302,30 @@ def worker(rank, args, port, phases):
     truth = open(args.truth_out.replace("{rank}", str(rank)), "w") if args.truth_out else None
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=args.world,
                             timeout=datetime.timedelta(seconds=args.timeout))
+    state = None
     try:
         torch.manual_seed(args.seed)
-        model = DDP(build(args, torch))
+        net = build(args, torch)
         state = FaultState()
+        hidden_rank = rank == args.fault_rank
+        if hidden_rank and args.fault_log:
+            state.log = open(args.fault_log.replace("{rank}", str(rank)), "w")
+        slow = None
+        if any(ph["fault"] == "forward_compute" for ph in phases):
+            slow = SlowLayer(torch, net.get_submodule(args.fault_layer), args.fault_layer, state)
+            if hidden_rank:
+                delays = [ph["delay_ms"] for ph in phases if ph["fault"] == "forward_compute"]
+                print("[demo] rank %d forward_compute: %s matmul side %d" % (
+                    rank, args.fault_layer, slow.calibrate(delays[0])), file=sys.stderr, flush=True)
+        model = DDP(net)
 
         def delayed_allreduce(st, bucket):
             # backward_comm: the hidden rank delays its gradient allreduce, so
             # every rank observes the wait inside its backward stage.
             if st.comm_delay_s and bucket.index() == 0:
+                t0 = time.time_ns()
                 time.sleep(st.comm_delay_s)
+                st.record("backward_comm", t0, time.time_ns())
             return default_hooks.allreduce_hook(None, bucket)
 
         # Its dist.all_reduce is what --collectives captures: no extra hook.
@@ -245,22 +349,29 @@ def worker(rank, args, port, phases):
                                 job=job, rank=rank, world_size=args.world, host=host, local_rank=rank, enabled=True,
                                 labels=dict({"sync_model": "ddp"}, **({"fault": fault, "delay_ms": str(ph["delay_ms"])} if args.label_faults else {})),
                                 flush_interval=0.5, collectives=args.collectives == "on",
-                                validation=args.validation == "on", validation_timeout=args.validation_timeout)
+                                validation=args.validation == "on", validation_timeout=args.validation_timeout,
+                                **capture_kw(args))
             t_phase = time.perf_counter()
             for _ in range(ph["steps"]):
                 on = fault != "none" and step >= fault_from
                 inject = on and hidden
                 state.comm_delay_s = delay_s if inject and fault == "backward_comm" else 0.0
+                state.step = step
+                if slow is not None:
+                    slow.on = inject and fault == "forward_compute"
                 if hog is not None:
                     hog.start() if in_window(step, args.hog_from, args.hog_until) else hog.stop()
                 sleep_s = args.sleep_ms / 1000.0 if rank == args.sleep_rank and in_window(
                     step, args.sleep_from, args.sleep_until) else 0.0
                 t_start = time.time_ns()
                 with perf.step(step):
+                    state.step_t0_ns = time.time_ns()
                     with perf.stage("data.next_wait"):
                         x, y = next(loader)
                         if inject and fault == "data":
+                            t0 = time.time_ns()
                             time.sleep(delay_s)
+                            state.record("data", t0, time.time_ns())
                     with perf.stage("model.fwd_loss_cpu_wall"):
                         with perf.cuda_event_sample("model.fwd_loss_cuda_event_ms"):
                             if inject and fault == "forward_host":
@@ -324,6 +435,8 @@ def worker(rank, args, port, phases):
             truth.close()
         if verbose_log is not None:
             verbose_log.close()
+        if state is not None and state.log is not None:
+            state.log.close()
         dist.destroy_process_group()
 
 
@@ -376,6 +489,10 @@ def main(argv=None):
     ap.add_argument("--sleep-from", type=int, default=-1)
     ap.add_argument("--sleep-until", type=int, default=-1)
     ap.add_argument("--truth-out", default="", help="per-rank step start/end JSONL ({rank} substituted)")
+    ap.add_argument("--fault-layer", default="enc.layers.0.linear1", help="module forward_compute slows")
+    ap.add_argument("--fault-log", default="", help="hidden rank's injected intervals, JSONL ({rank} substituted)")
+    ap.add_argument("--capture", choices=("on", "off"), default=None,
+                    help="triggered operator capture (sets LAGGARD_CAPTURE; default: the client's default)")
     args = ap.parse_args(argv)
     if args.collectives is None:
         args.collectives = "off" if args.out else "on"
@@ -392,6 +509,8 @@ def main(argv=None):
         ap.error("--world must be >= 1")
     if args.data_seed is None:
         args.data_seed = args.seed
+    if args.capture is not None:
+        os.environ["LAGGARD_CAPTURE"] = "1" if args.capture == "on" else "0"  # inherited by the ranks
     if args.fault_rank < 0:
         args.fault_rank = random.Random(args.seed).randrange(args.world)
     if args.fault_rank >= args.world:

@@ -21,6 +21,7 @@ from .schema import (DEFAULT_STAGES, PROBE_FORWARD_CUDA, SHORT_NAMES, STAGE_BACK
                      STAGE_FORWARD, STAGE_OPTIM, STAGE_OTHER, default_schema, normalize_schema, order_hash)
 from .sinks import FileSink, HTTPSink, ShipError, merge_stage_files
 from . import collectives, validation  # noqa: F401,E402 - laggard.collectives.Capture, laggard.validation.Validator
+from . import capture  # noqa: F401,E402 - laggard.capture.Capturer (KAIR operator traces)
 from . import agent_socket  # noqa: E402 - node-agent registration (LAGGARD_AGENT_SOCKET)
 
 __version__ = "0.2.0"
@@ -29,7 +30,7 @@ __all__ = [
     "init", "Perf", "NullPerf", "FileSink", "HTTPSink", "ShipError", "merge_stage_files", "default_schema",
     "normalize_schema", "order_hash", "DEFAULT_STAGES", "SHORT_NAMES", "PROBE_FORWARD_CUDA", "STAGE_DATA",
     "STAGE_FORWARD", "STAGE_BACKWARD", "STAGE_CALLBACK", "STAGE_OPTIM", "STAGE_OTHER", "__version__",
-    "collectives", "validation",
+    "collectives", "validation", "capture",
 ]
 
 _log = logging.getLogger("laggard")

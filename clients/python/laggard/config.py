@@ -42,6 +42,9 @@ ENV_VARS = {
     "LAGGARD_LOG_LEVEL": "level of the 'laggard' logger: debug|info|warning|error|critical",
     "LAGGARD_COLLECTIVES": "1 captures torch.distributed collective calls (laggard.collectives); default off",
     "LAGGARD_VALIDATION": "1 takes part in Greyhound validation plans (laggard.validation); default off",
+    "LAGGARD_CAPTURE": "0 turns KAIR operator-trace captures off (default on with a server and torch; laggard.capture)",
+    "LAGGARD_CAPTURE_POLL_S": "seconds between capture polls / clock heartbeats (default 2)",
+    "LAGGARD_CAPTURE_DIR": "directory for exported traces before upload, at most 512 MiB (default <tmp>/laggard-capture)",
     "LAGGARD_AGENT_SOCKET": "node agent socket path; laggard.init() announces pid/job/rank there (agent_socket)",
 }
 
@@ -114,7 +117,7 @@ def check_server(url):
 def from_env(environ=None):
     """Parses the LAGGARD_* variables into a dict with the keys server, job,
     run_id, out, enabled, labels, sync_model, token, log_level, collectives,
-    validation — only those
+    validation, capture, capture_poll_s, capture_dir — only those
     that are set and valid. Invalid ones log one warning each and are left
     out, so the caller falls back to its default."""
     env = os.environ if environ is None else environ
@@ -176,7 +179,8 @@ def from_env(environ=None):
     v = get("LAGGARD_TOKEN")
     if v:
         c["token"] = v  # never logged
-    for name, key in (("LAGGARD_COLLECTIVES", "collectives"), ("LAGGARD_VALIDATION", "validation")):
+    for name, key in (("LAGGARD_COLLECTIVES", "collectives"), ("LAGGARD_VALIDATION", "validation"),
+                      ("LAGGARD_CAPTURE", "capture")):
         v = get(name)
         if v is None:
             continue
@@ -185,6 +189,19 @@ def from_env(environ=None):
             _bad(name, v, "want 1/0, true/false, yes/no or on/off", "left off")
         else:
             c[key] = b
+    v = get("LAGGARD_CAPTURE_POLL_S")
+    if v:
+        try:
+            f = float(v)
+        except ValueError:
+            f = None
+        if f is None or not (0.05 <= f <= 3600):
+            _bad("LAGGARD_CAPTURE_POLL_S", v, "want seconds in [0.05, 3600]", "polling every 2 s")
+        else:
+            c["capture_poll_s"] = f
+    v = get("LAGGARD_CAPTURE_DIR")
+    if v:
+        c["capture_dir"] = v
     v = get("LAGGARD_LOG_LEVEL")
     if v:
         lvl = parse_log_level(v)

@@ -214,6 +214,15 @@ def _detect_identity():
     return env("RANK", "0"), env("WORLD_SIZE", "1"), env("LOCAL_RANK", "0")
 
 
+def _torch_installed():
+    """Whether torch can be imported, without importing it."""
+    try:
+        import importlib.util
+        return importlib.util.find_spec("torch") is not None
+    except Exception:
+        return False
+
+
 def _default_event_factory():
     torch = sys.modules.get("torch")
     if torch is None:
@@ -268,13 +277,20 @@ class Perf:
         default LAGGARD_VALIDATION, then off). Creates a gloo process group
         — collective: every rank constructs its Perf at the same point.
         validation_timeout: that group's timeout (s), which bounds a plan.
+    capture: take part in KAIR operator-trace captures (laggard.capture):
+        poll the server for plans, record the planned steps with
+        torch.profiler, upload the trace. Default LAGGARD_CAPTURE, then on
+        when shipping to a server and torch is installed. capture_poll_s
+        (LAGGARD_CAPTURE_POLL_S, default 2) is the poll/heartbeat period;
+        capture_dir (LAGGARD_CAPTURE_DIR) where traces wait for upload.
     """
 
     def __init__(self, server=None, job=None, rank=None, world_size=None, schema=None, accumulation=1, role=None, *,
                  out=None, sink=None, name=None, labels=None, host=None, local_rank=None, start_step=0,
                  queue_size=4096, batch_size=256, flush_interval=1.0, timeout=2.0, event_fraction=0.1,
                  event_polls=3, enabled=None, run_id=None, token=None, sync_model=None, job_schema=None, env=True,
-                 collectives=None, ddp=None, validation=None, validation_timeout=30.0, collectives_queue=65536):
+                 collectives=None, ddp=None, validation=None, validation_timeout=30.0, collectives_queue=65536,
+                 capture=None, capture_poll_s=None, capture_dir=None):
         ec = config.from_env() if env else {}
         if "log_level" in ec:
             config.apply_log_level(ec["log_level"])
@@ -362,6 +378,7 @@ class Perf:
         self._event_ready = 0
         self._local_drops = 0
         self._capture = None
+        self._kair = None  # laggard.capture.Capturer: operator traces for KAIR
         self._validator = None
         self._val_first = True  # validation setup is retried once, at the first step
         if collectives is None:
@@ -373,6 +390,15 @@ class Perf:
             self._start_capture()
         if ddp is not None:
             self.capture_ddp(ddp)
+        if capture is None:
+            capture = ec.get("capture")
+        if capture is None:  # contracts D: on by default where a trace can be recorded and sent
+            capture = out is None and sink is None and _torch_installed()
+        if self._enabled and capture:
+            from .capture import DEFAULT_POLL_S, Capturer
+            if capture_poll_s is None:
+                capture_poll_s = ec.get("capture_poll_s", DEFAULT_POLL_S)
+            self._kair = Capturer(self.job_id, poll_s=capture_poll_s, directory=capture_dir or ec.get("capture_dir"))
         if self._enabled and validation:
             from .validation import Validator
             self._validator = Validator(self.job_id, timeout_s=validation_timeout)
@@ -567,6 +593,8 @@ class Perf:
             d["collectives"] = cs
         if self._validator is not None:
             d["validation"] = self._validator.stats()
+        if self._kair is not None:
+            d["capture"] = self._kair.stats()
         return d
 
     @property
@@ -607,10 +635,19 @@ class Perf:
             pass
         if self._capture is not None:
             self._capture.stop()  # torch.distributed is itself again; queued calls still ship
+        t_end = time.monotonic() + max(0.0, timeout)
+        ok = True
+        if self._kair is not None:
+            # A capture in progress ends here; what it recorded is uploaded
+            # within half the timeout (the vectors get the rest).
+            try:
+                ok = self._kair.close(timeout / 2)
+            except Exception:  # pragma: no cover - close() is defensive
+                self._errors += 1
         try:
             self._poll_events(final=True)
             if self._shipper is not None:
-                return self._shipper.close(timeout)
+                return self._shipper.close(max(0.0, t_end - time.monotonic())) and ok
         except Exception:
             self._errors += 1
             return False
@@ -679,12 +716,18 @@ class Perf:
             step = self._next_step
         self._step = step
         self._next_step = step + 1
+        k = self._kair
+        if k is not None and (k.recording or k.plan is not None):
+            # KAIR capture (contracts D): a sampled step starts; before the
+            # step's clock read, so starting the profiler is not step time.
+            k.begin(step)
         now = _now() if at is None else at
         self._step_t0 = now
         rec = [0, now, 0, [0] * self._n, 0, None, 0, []]
         self._records = [rec]
         self._cur = rec
         self._explicit = explicit
+
         if self._val_first:
             self._val_first = False
             v = self._validator
@@ -705,6 +748,9 @@ class Perf:
         cur[_WALL] = w if w > 0 else 0
         self._cur = None
         self._active = False
+        k = self._kair
+        if k is not None and k.recording:
+            k.end(self._step)  # also after a step that raised: its profiler range must close
         if failed or self._closed:
             return  # a step that raised has no meaningful vector
         self._steps += 1
@@ -809,7 +855,8 @@ class Perf:
                     "schema": self._schema}
             v = self._validator
             self._shipper = Shipper(sink, job, rank, order_hash=self.order_hash, collectives=self._capture,
-                                    validator=v if v is not None and v.pollable else None, **self._ship_opts)
+                                    validator=v if v is not None and v.pollable else None, capturer=self._kair,
+                                    **self._ship_opts)
         except Exception as e:
             # A bad server URL or an unwritable path: nothing will ship, and
             # the rest of training must not notice beyond this one line.

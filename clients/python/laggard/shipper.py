@@ -138,7 +138,7 @@ def _yield_gil():
 
 class Shipper:
     def __init__(self, sink, job, rank_info, queue_size=4096, batch_size=256, flush_interval=1.0, order_hash=None,
-                 collectives=None, validator=None):
+                 collectives=None, validator=None, capturer=None):
         self._sink = sink
         self._order_hash = order_hash
         self._job = job
@@ -191,12 +191,16 @@ class Shipper:
         self._vres = []  # [vid, body, tries] not yet posted
         self.val_polls = 0
         self.val_posted = 0
-        self.attach(collectives, validator)
+        # KAIR traces (laggard.capture.Capturer): polled here, recorded on
+        # the training thread, uploaded by its own thread.
+        self._cap = None
+        self.attach(collectives, validator, capturer)
         self._thread = threading.Thread(target=self._run, name="laggard-shipper", daemon=True)
         self._thread.start()
 
-    def attach(self, collectives=None, validator=None):
-        """Adds a collective capture and/or a validator (from any thread)."""
+    def attach(self, collectives=None, validator=None, capturer=None):
+        """Adds a collective capture, a validator and/or a trace capturer
+        (from any thread)."""
         if collectives is not None:
             if callable(getattr(self._sink, "send_collectives", None)):
                 self._coll = collectives
@@ -204,6 +208,8 @@ class Shipper:
                 log.info("laggard: this sink cannot take collective calls; they are not shipped")
         if validator is not None and callable(getattr(self._sink, "poll_validation", None)):
             self._val = validator
+        if capturer is not None and capturer.attach(self._sink, self._rank_info.get("rank", 0)):
+            self._cap = capturer
 
     # --- training thread -------------------------------------------------
     def offer(self, item):
@@ -298,7 +304,8 @@ class Shipper:
             # R10: at most one collectives request and one vector request
             # per round, so a collectives backlog never starves the stage
             # vectors (nor the reverse).
-            side_busy = (self._coll is not None or self._val is not None) and self._side(now, stopping)
+            side_busy = (self._coll is not None or self._val is not None or self._cap is not None) and \
+                self._side(now, stopping)
             if side_busy:
                 now = time.monotonic()
             due = batch and (len(batch) >= self._batch_size or stopping or now >= deadline)
@@ -417,6 +424,17 @@ class Shipper:
                 self._val_next = now + _VAL_POLL_S * self._rand.uniform(0.9, 1.1)
                 self._poll_validation(v)
                 busy = True
+        k = self._cap
+        if (k is not None and not stopping and not self._dead and not k.poll_dead and self._registered
+                and now >= k.next_poll and now >= self._retry_at):
+            # contracts D: every ~poll_s, jittered so ranks do not poll in lockstep
+            k.next_poll = now + k.poll_s * self._rand.uniform(0.9, 1.1)
+            try:
+                k.poll()
+            except Exception as e:  # pragma: no cover - poll() is defensive
+                self.errors += 1
+                self.last_error = "capture poll: %s: %s" % (type(e).__name__, e)
+            busy = True
         return busy
 
     def _ship_collectives(self):

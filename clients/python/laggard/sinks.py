@@ -152,7 +152,7 @@ class HTTPSink:
         Safe to call from another thread."""
         self._cap = t
 
-    def _request(self, method, path, data, op):
+    def _request(self, method, path, data, op, headers=None):
         start = time.monotonic()
         end = start + self._timeout
         try:
@@ -165,11 +165,12 @@ class HTTPSink:
                 cls = _HTTPSConnection if self._scheme == "https" else _HTTPConnection
                 conn = self._conn = cls(self._netloc, timeout=left)
                 conn.owner = self
+                conn.blocksize = 1 << 16  # file bodies (capture traces) go out in 64 KiB sends
             if conn.sock is None:
                 conn.timeout = left  # bounds the connect; the deadline socket takes over after it
                 conn.connect()
             conn.sock.deadline = end
-            conn.request(method, path, body=data, headers=self._headers)
+            conn.request(method, path, body=data, headers=dict(self._headers, **headers) if headers else self._headers)
             resp = conn.getresponse()
             payload = resp.read()
             status = resp.status
@@ -235,6 +236,55 @@ class HTTPSink:
         """POST …/validation/{vid}/results: this rank's result."""
         self._request("POST", "%s/validation/%s/results" % (self._base, urllib.parse.quote(vid, safe="")),
                       _json(result), "validation")
+
+    def clone(self, timeout=None):
+        """A sink with its own connection to the same server and job (for
+        another thread: a sink is not thread-safe)."""
+        c = HTTPSink.__new__(HTTPSink)
+        c.__dict__.update(self.__dict__)
+        c._headers = dict(self._headers)
+        c._conn = None
+        c._cap = None
+        if timeout is not None:
+            c._timeout = timeout
+        return c
+
+    def poll_capture(self, rank):
+        """GET …/captures/pending?rank=R (contracts C): (capture dict or None,
+        heartbeat (c_send, s_recv, s_send, c_recv) in ns or None). Client
+        times are time.time_ns(), the clock torch's profiler stamps traces
+        with."""
+        c_send = time.time_ns()
+        payload = self._request("GET", "%s/captures/pending?rank=%d" % (self._base, rank), None, "captures")
+        c_recv = time.time_ns()
+        if not payload or not payload.strip():
+            return None, None
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            raise ShipError("GET captures/pending: reply is not JSON", op="captures") from None
+        if not isinstance(obj, dict):
+            raise ShipError("GET captures/pending: reply is not an object", op="captures")
+        sr, ss = obj.get("server_recv_ns"), obj.get("server_send_ns")
+        hb = None
+        if all(type(x) is int and x > 0 for x in (sr, ss)) and ss >= sr:
+            hb = (c_send, sr, ss, c_recv)
+        return obj.get("capture"), hb
+
+    def post_capture_trace(self, cid, rank, body, size, headers):
+        """POST …/captures/{cid}/traces?rank=R: body a binary file object of
+        size bytes (the gzip trace), or None for an empty body (an error
+        report in X-Laggard-Capture-Error). The sink's timeout is raised
+        with the size (at least 2 MB/s)."""
+        h = dict(headers)
+        h["Content-Length"] = str(size if body is not None else 0)
+        saved = self._timeout
+        self._timeout = max(saved, size / 2e6)
+        try:
+            return self._request("POST", "%s/captures/%s/traces?rank=%d" % (
+                self._base, urllib.parse.quote(cid, safe=""), rank), body if body is not None else b"", "captures", h)
+        finally:
+            self._timeout = saved
 
     def close(self):
         if self._conn is not None:

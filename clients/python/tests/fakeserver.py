@@ -22,6 +22,9 @@ _JOB_PATH = re.compile(r"^/api/v1/jobs/([^/]+)(/ranks|/vectors)?$")
 _COLL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/collectives(?:\?world=(\d+))?$")
 _VAL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation\?rank=(\d+)$")
 _RES_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation/([^/?]+)/results$")
+# KAIR captures (contracts C).
+_CAP_PENDING = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/pending\?rank=(\d+)$")
+_CAP_TRACE = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/([^/?]+)/traces\?rank=(\d+)$")
 _OPS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AllToAll", "Send", "Recv", "Barrier")
 _CALL_FIELDS = ("rank", "comm", "seq", "op", "bytes", "peer", "root", "enter_ns", "return_ns", "step")
 
@@ -81,12 +84,21 @@ class FakeServer:
         # (the server's answer to a communicator record it rejects).
         self.refuse_comm = None
         self.coll_delay = 0.0  # seconds each collectives POST takes (a slow server)
+        # KAIR: captures served by GET …/captures/pending (job -> Capture
+        # dict, or a callable(rank, n) -> Capture or None); traces posted per
+        # (job, cid, rank): {"body": bytes (gunzipped), "headers": {lower: v}}.
+        self.captures = {}
+        self.traces = {}
+        self.clock_skew_ns = 0  # added to the server's clock in heartbeats
         self._lock = threading.Lock()
         self._counts = {}
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes; with Nagle on, the body
+            # waited ~40 ms for the client's delayed ACK (a heartbeat's RTT).
+            disable_nagle_algorithm = True
 
             def log_message(self, *a):
                 pass
@@ -94,10 +106,13 @@ class FakeServer:
             def _handle(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n) if n else b""
-                try:
-                    body = json.loads(raw) if raw else None
-                except ValueError:
-                    body = {"_raw": raw.decode("utf-8", "replace")}
+                if _CAP_TRACE.match(self.path):
+                    body = {"_bytes": raw, "_headers": {k.lower(): v for k, v in self.headers.items()}}
+                else:
+                    try:
+                        body = json.loads(raw) if raw else None
+                    except ValueError:
+                        body = {"_raw": raw.decode("utf-8", "replace")}
                 key = (self.command, self.path)
                 with outer._lock:
                     k = outer._counts.get(key, 0)
@@ -240,6 +255,23 @@ class FakeServer:
             if callable(plan):
                 plan = plan(int(m.group(2)), k)
             return (200, {}, plan, 0) if plan else (204, {}, None, 0)
+        m = _CAP_PENDING.match(path)
+        if m and method == "GET":
+            recv = time.time_ns() + self.clock_skew_ns
+            cap = self.captures.get(m.group(1))
+            if callable(cap):
+                cap = cap(int(m.group(2)), k)
+            return (200, {}, {"capture": cap, "server_recv_ns": recv,
+                              "server_send_ns": time.time_ns() + self.clock_skew_ns}, 0)
+        m = _CAP_TRACE.match(path)
+        if m and method == "POST":
+            import gzip
+            raw = body["_bytes"]
+            if raw[:2] == b"\x1f\x8b":
+                raw = gzip.decompress(raw)
+            self.traces.setdefault((m.group(1), m.group(2), int(m.group(3))), []).append(
+                {"body": raw, "headers": body["_headers"]})
+            return (201, {}, {"rank": int(m.group(3)), "events": 0, "steps": 0}, 0)
         m = _RES_PATH.match(path)
         if m and method == "POST":
             self.results.setdefault((m.group(1), m.group(2)), []).append(body)

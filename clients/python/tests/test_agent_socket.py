@@ -68,6 +68,17 @@ class AgentSocketTest(unittest.TestCase):
     def setUp(self):
         agent_socket._warned = False
         agent_socket._after_fork_in_child()  # drop any connection of an earlier test
+        # Runs last (cleanups are LIFO): after the test's FakeAgent closed,
+        # wait for its registration thread, which may log "closed the
+        # registration connection" and so spend the once-only warning of
+        # the next test.
+        self.addCleanup(self._join_register_threads)
+
+    @staticmethod
+    def _join_register_threads():
+        for t in threading.enumerate():
+            if t.name == "laggard-agent-register" and t is not threading.current_thread():
+                t.join(5)
 
     def tearDown(self):
         agent_socket._after_fork_in_child()

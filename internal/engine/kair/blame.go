@@ -94,6 +94,7 @@ func (d *dag) blame(flagged []int32, cfg Config) []RootCause {
 	seen := make([]int32, len(d.nodes)) // walk stamp: a revisit is a cycle (malformed input)
 	var causes []*RootCause
 	byKey := map[causeKey]int32{}
+	counted := map[int32]bool{} // culprit nodes whose excess is summed
 	for wi, k := range flagged {
 		nd := &d.nodes[k]
 		if !(nd.zs > thr || nd.zd > thr) {
@@ -110,9 +111,14 @@ func (d *dag) blame(flagged []int32, cfg Config) []RootCause {
 				if c := causes[ci]; len(rc.Evidence) > len(c.Evidence) {
 					c.Evidence = rc.Evidence
 				}
+				if !counted[rc.node] {
+					counted[rc.node] = true
+					causes[ci].ExcessNS += rc.ExcessNS
+				}
 			} else {
 				// flagged is sorted by a_i: the first walk sets Score.
 				rc.Score, rc.Step = aScore(nd.zs, nd.zd), d.step
+				counted[rc.node] = true
 				ci = int32(len(causes))
 				causes = append(causes, &rc)
 				byKey[key] = ci
@@ -126,16 +132,105 @@ func (d *dag) blame(flagged []int32, cfg Config) []RootCause {
 			memo[p] = ci + 1
 		}
 	}
+	causes = d.fold(causes)
 	out := make([]RootCause, 0, len(causes))
 	for _, c := range causes {
 		out = append(out, *c)
 	}
 	slices.SortFunc(out, func(a, b RootCause) int {
-		return cmp.Or(kindRank(a.Kind)-kindRank(b.Kind), cmp.Compare(b.Symptoms, a.Symptoms),
+		return cmp.Or(kindRank(a.Kind)-kindRank(b.Kind), cmp.Compare(b.ExcessNS, a.ExcessNS),
+			cmp.Compare(b.Symptoms, a.Symptoms),
 			cmp.Compare(b.Score, a.Score), cmp.Compare(a.Rank, b.Rank), cmp.Compare(a.Name, b.Name),
 			cmp.Compare(a.FromRank, b.FromRank), cmp.Compare(a.From, b.From))
 	})
 	return out
+}
+
+// span is where a cause's time went on its rank (step-relative ns): an
+// op's run, an edge's gap from its tail's end (or the step start) to its
+// head's start.
+func (d *dag) span(c *RootCause) (lo, hi int64) {
+	h := &d.nodes[c.node]
+	if c.Kind != KindEdge {
+		return h.start, h.end
+	}
+	if c.from >= 0 {
+		return d.nodes[c.from].end, h.start
+	}
+	return 0, h.start
+}
+
+// fold merges nested causes (on one rank, one cause's time inside an op
+// cause's run: aten::mm inside aten::linear inside a record_function
+// range, or a gap between the children of a slow op) into the innermost
+// one that accounts for at least half the outer op's excess: that is the
+// specific culprit, and reporting every enclosing op beside it would
+// list one delay several times and hide the runner-up. The outer op is
+// kept in the evidence.
+func (d *dag) fold(causes []*RootCause) []*RootCause {
+	for {
+		pi, ci := -1, -1
+		// Edges from one tail are one gap seen by nested heads (aten::to
+		// around aten::_to_copy around aten::empty_strided): keep the one
+		// costing most (ties: the outermost, earliest in program order).
+	edges:
+		for i, p := range causes {
+			if p.Kind != KindEdge {
+				continue
+			}
+			for j, c := range causes {
+				if j != i && c.Kind == KindEdge && c.Rank == p.Rank && c.from == p.from &&
+					(c.ExcessNS > p.ExcessNS || (c.ExcessNS == p.ExcessNS && c.node < p.node)) {
+					pi, ci = i, j
+					break edges
+				}
+			}
+		}
+		for i, p := range causes {
+			if ci >= 0 {
+				break
+			}
+			if p.Kind != KindOp || p.ExcessNS <= 0 {
+				continue
+			}
+			plo, phi := d.span(p)
+			for j, c := range causes {
+				if j == i || c.Kind == KindInconclusive || c.Rank != p.Rank || 2*c.ExcessNS < p.ExcessNS {
+					continue
+				}
+				clo, chi := d.span(c)
+				inner := clo >= plo && chi <= phi && (clo > plo || chi < phi || c.node > p.node)
+				if inner && (ci < 0 || c.ExcessNS > causes[ci].ExcessNS) && (pi < 0 || pi == i) {
+					pi, ci = i, j
+				}
+			}
+			if ci >= 0 {
+				break
+			}
+		}
+		if ci < 0 {
+			return causes
+		}
+		p, c := causes[pi], causes[ci]
+		c.Symptoms += p.Symptoms
+		c.Score = max(c.Score, p.Score)
+		c.Explains = append(c.Explains, p.Explains[:min(len(p.Explains), maxExplains-min(maxExplains, len(c.Explains)))]...)
+		if p.Kind == KindEdge {
+			c.Evidence = append(c.Evidence, fmt.Sprintf("the same gap also delays rank %d %s", p.Rank, p.Name))
+		} else {
+			c.Evidence = append(c.Evidence, fmt.Sprintf("inside rank %d %s, which ran %dns over its peers: the time is here", p.Rank, p.Name, p.ExcessNS))
+		}
+		causes = slices.Delete(causes, pi, pi+1)
+	}
+}
+
+// excess rounds x ≥ 0 to ns (0 for an unscored node: no peers, no
+// expectation).
+func excess(x float64, scored bool) int64 {
+	if !scored || !(x > 0) {
+		return 0
+	}
+	return int64(min(x, float64(optrace.MaxDurNS)) + 0.5)
 }
 
 // maxExplains bounds RootCause.Explains.
@@ -176,7 +271,12 @@ func (d *dag) walk(k int32, cfg Config, memo, seen []int32, stamp int32) (rc Roo
 		}
 		ev = append(ev, why)
 		nd := &d.nodes[at]
-		return RootCause{Kind: kind, Rank: nd.rank, Name: nd.ev.Name, FromRank: -1, Evidence: ev}, path, -1
+		ex := float64(nd.start) - nd.mstart
+		if kind == KindOp {
+			ex = float64(nd.dur) - nd.mdur
+		}
+		return RootCause{Kind: kind, Rank: nd.rank, Name: nd.ev.Name, FromRank: -1, Evidence: ev,
+			ExcessNS: excess(ex, nd.scored), node: at, from: -1}, path, -1
 	}
 	for hops := 0; ; hops++ {
 		if memo[k] > 0 {
@@ -193,7 +293,15 @@ func (d *dag) walk(k int32, cfg Config, memo, seen []int32, stamp int32) (rc Roo
 			return stop(KindInconclusive, k, fmt.Sprintf("fewer than %d ranks share this instance: cannot judge it", cfg.MinRanks))
 		}
 		if nd.zd > thr {
-			return stop(KindOp, k, "abnormal execution time: culprit (rule 1)")
+			// Rule 1, unless the op is late by more than it ran long: then
+			// its own excess is the smaller part of what the symptom lost
+			// and the walk follows the lateness (a first op after a data
+			// wait runs cold, 30 µs over 1 µs, but starts 120 ms late).
+			late, long := float64(nd.start)-nd.mstart, float64(nd.dur)-nd.mdur
+			if !(nd.zs > thr && late > long) {
+				return stop(KindOp, k, "abnormal execution time: culprit (rule 1)")
+			}
+			ev = append(ev, fmt.Sprintf("also ran %.0fns long, but started %.0fns late: follow the lateness", long, late))
 		}
 		if nd.coll >= 0 {
 			if l := d.collLast[nd.coll]; l != k && nd.wait > 0 {
@@ -204,6 +312,17 @@ func (d *dag) walk(k int32, cfg Config, memo, seen []int32, stamp int32) (rc Roo
 		}
 		p := d.gating(k)
 		if p < 0 {
+			if nd.zs > thr && nd.ev.Device < 0 && nd.ev.TID == d.mainTID[nd.rank] {
+				// Late with nothing before it in the step: the time went
+				// between the step start and this op, outside every
+				// profiled operator (data loading, Python, a host wait) —
+				// the edge from the step start.
+				ev = append(ev, "no operator before it in the step: the gap since the step start is the cause (rule 2c)")
+				return RootCause{Kind: KindEdge, Rank: nd.rank, Name: nd.ev.Name, FromRank: nd.rank, From: StepStart, Evidence: ev,
+					ExcessNS: excess(float64(nd.start)-nd.mstart, nd.scored), node: k, from: -1}, path, -1
+			}
+			// A worker thread's or stream's first op: what triggered it
+			// (an enqueue on another thread) is not in the trace.
 			return stop(KindInconclusive, k, "late start with no predecessor in the step DAG")
 		}
 		pn := &d.nodes[p]
@@ -222,6 +341,7 @@ func (d *dag) walk(k int32, cfg Config, memo, seen []int32, stamp int32) (rc Roo
 		}
 		ev = append(ev, d.describe(p))
 		ev = append(ev, "predecessor completed on time, op started late: dependency edge (rule 2c)")
-		return RootCause{Kind: KindEdge, Rank: nd.rank, Name: nd.ev.Name, FromRank: pn.rank, From: pn.ev.Name, Evidence: ev}, path, -1
+		return RootCause{Kind: KindEdge, Rank: nd.rank, Name: nd.ev.Name, FromRank: pn.rank, From: pn.ev.Name, Evidence: ev,
+			ExcessNS: excess(float64(nd.start)-nd.mstart, nd.scored), node: k, from: p}, path, -1
 	}
 }

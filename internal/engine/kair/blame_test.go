@@ -234,3 +234,46 @@ func TestDuplicateRankRejected(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// A joined collective's scored duration (end − latest arrival) is measured
+// across ranks, so a spread within the clock alignment error is not an
+// outlier; beyond it, it is.
+func TestCollectiveDurationFlooredByClockError(t *testing.T) {
+	mk := func(extra int64) []optrace.Trace {
+		tr := make([]optrace.Trace, 4)
+		for r := range tr {
+			d := int64(30_000)
+			if r == 3 {
+				d += extra
+			}
+			tr[r] = optrace.Trace{Rank: r, Events: []optrace.Event{
+				{Name: "aten::mm", Cat: optrace.CPUOp, TID: 1, Device: -1, StartNS: 0, DurNS: 100_000, Step: 0, Seq: -1},
+				{Name: "gloo:all_reduce", Cat: optrace.Collective, TID: 1, Device: -1, StartNS: 100_000, DurNS: d, Step: 0, Comm: "c", Seq: 0},
+			}}
+		}
+		return tr
+	}
+	flagged := func(rep *Report) bool {
+		for _, o := range rep.Outliers {
+			if o.Name == "gloo:all_reduce" {
+				return true
+			}
+		}
+		return false
+	}
+	cfg := DefaultConfig()
+	if !flagged(mustAnalyze(t, mk(20_000), cfg)) {
+		t.Fatal("exact clocks: a 20 µs longer collective should be flagged")
+	}
+	cfg.ClockErrorNS = 25_000
+	if rep := mustAnalyze(t, mk(20_000), cfg); flagged(rep) {
+		t.Errorf("20 µs inside a 25 µs clock error flagged\n%s", dump(rep))
+	}
+	if !flagged(mustAnalyze(t, mk(200_000), cfg)) {
+		t.Error("200 µs beyond a 25 µs clock error not flagged")
+	}
+	cfg.ClockErrorNS = -1
+	if err := cfg.Validate(); err == nil {
+		t.Error("negative clock_error_ns accepted")
+	}
+}

@@ -149,22 +149,22 @@ type collInst struct{ entry, exit int64 }
 type collID struct {
 	comm string
 	seq  int64
+	step int64 // id-less instances: (name, step, occurrence in seq)
 }
 
-// collectiveIndex maps each (Comm, Seq) instance of t to its entry/exit,
-// host-side and device-side separately.
-func collectiveIndex(t *optrace.Trace) (host, dev map[collID]collInst) {
-	host, dev = map[collID]collInst{}, map[collID]collInst{}
-	for i := range t.Events {
-		e := &t.Events[i]
-		if e.Cat != optrace.Collective || e.Comm == "" || e.Seq < 0 || e.DurNS < 0 {
-			continue
-		}
-		m := host
-		if e.Device >= 0 {
-			m = dev
-		}
-		k := collID{e.Comm, e.Seq}
+// collIndex is one rank's collective instances: with (Comm, Seq) ids,
+// host-side and device-side apart; without ids (gloo, torch < 2.0), per
+// op name and side, keyed by (step, k-th call of the name in the step) —
+// the instance rule Stage 2 uses (dag.go collectives).
+type collIndex struct {
+	host, dev map[collID]collInst
+	anon      map[string]map[collID]collInst // name + "\x00h" / "\x00d"
+}
+
+// collectiveIndex indexes t's collective instances.
+func collectiveIndex(t *optrace.Trace) collIndex {
+	ix := collIndex{host: map[collID]collInst{}, dev: map[collID]collInst{}, anon: map[string]map[collID]collInst{}}
+	put := func(m map[collID]collInst, k collID, e *optrace.Event) {
 		c, seen := m[k]
 		if !seen {
 			c = collInst{entry: e.StartNS, exit: e.EndNS()}
@@ -173,7 +173,49 @@ func collectiveIndex(t *optrace.Trace) (host, dev map[collID]collInst) {
 		}
 		m[k] = c
 	}
-	return host, dev
+	var anon []int
+	for i := range t.Events {
+		e := &t.Events[i]
+		if e.Cat != optrace.Collective || e.DurNS < 0 {
+			continue
+		}
+		if e.Comm == "" || e.Seq < 0 {
+			if e.Step >= 0 {
+				anon = append(anon, i)
+			}
+			continue
+		}
+		m := ix.host
+		if e.Device >= 0 {
+			m = ix.dev
+		}
+		put(m, collID{comm: e.Comm, seq: e.Seq}, e)
+	}
+	slices.SortStableFunc(anon, func(a, b int) int {
+		x, y := &t.Events[a], &t.Events[b]
+		return cmp.Or(cmp.Compare(x.Step, y.Step), cmp.Compare(x.StartNS, y.StartNS))
+	})
+	type occKey struct {
+		g    string
+		step int64
+	}
+	occ := map[occKey]int64{}
+	for _, i := range anon {
+		e := &t.Events[i]
+		g := e.Name + "\x00h"
+		if e.Device >= 0 {
+			g = e.Name + "\x00d"
+		}
+		m := ix.anon[g]
+		if m == nil {
+			m = map[collID]collInst{}
+			ix.anon[g] = m
+		}
+		k := occKey{g, e.Step}
+		put(m, collID{seq: occ[k], step: e.Step}, e)
+		occ[k]++
+	}
+	return ix
 }
 
 // pairEstimate is the offset of r relative to ref from their shared
@@ -266,19 +308,57 @@ func absInt(x int64) int64 {
 // device ones are not (on GPUs a host-side collective op can be an
 // asynchronous enqueue that returns before its peers arrive, which
 // breaks barrier semantics; its NCCL kernel does not).
-func alignSource(refH, refD, h, d map[collID]collInst) pairEstimate {
-	ph := alignPair(refH, h)
+func alignSource(ref, r collIndex) pairEstimate {
+	ph := alignPair(ref.host, r.host)
 	if ph.n > 0 && ph.violations == 0 {
 		return ph
 	}
-	pd := alignPair(refD, d)
-	switch {
-	case ph.n == 0:
-		return pd
-	case pd.n > 0 && pd.violations == 0:
+	pd := alignPair(ref.dev, r.dev)
+	if pd.n > 0 && pd.violations == 0 {
 		return pd
 	}
-	return ph
+	best := ph
+	if ph.n == 0 {
+		best = pd
+	}
+	// No instance ids (or inconsistent ones): each id-less collective op
+	// on its own, since only some are barriers — gloo's worker-side
+	// "gloo:all_reduce" blocks until every member arrived, the caller's
+	// asynchronous enqueue "c10d::allreduce_" returns at once, and when
+	// ranks arrive with the same skew every step the enqueue's intervals
+	// intersect too (tighter, and wrong). So among consistent ops the one
+	// that blocks longest (median duration on the reference rank) wins;
+	// failing consistency, the fewest violations.
+	names := make([]string, 0, len(ref.anon))
+	for g := range ref.anon {
+		names = append(names, g)
+	}
+	slices.Sort(names) // deterministic choice among ties
+	var bestDur int64 = -1
+	for _, g := range names {
+		pe := alignPair(ref.anon[g], r.anon[g])
+		if pe.n == 0 {
+			continue
+		}
+		dur := medianDuration(ref.anon[g])
+		switch {
+		case best.n == 0,
+			pe.violations < best.violations,
+			pe.violations == best.violations && bestDur >= 0 && dur > bestDur:
+			best, bestDur = pe, dur
+		}
+	}
+	return best
+}
+
+// medianDuration is the median exit − entry of the instances in m.
+func medianDuration(m map[collID]collInst) int64 {
+	ds := make([]int64, 0, len(m))
+	for _, c := range m {
+		ds = append(ds, subSat(c.exit, c.entry))
+	}
+	slices.Sort(ds)
+	return medianInt(ds)
 }
 
 // AlignByCollectives estimates every rank's offset relative to the lowest
@@ -298,10 +378,9 @@ func AlignByCollectives(traces []optrace.Trace) ([]ClockEstimate, error) {
 	}
 	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(traces[a].Rank, traces[b].Rank) })
 	n := len(idx)
-	host := make([]map[collID]collInst, n)
-	dev := make([]map[collID]collInst, n)
+	ix := make([]collIndex, n)
 	for j, i := range idx {
-		host[j], dev[j] = collectiveIndex(&traces[i])
+		ix[j] = collectiveIndex(&traces[i])
 	}
 	out := make([]ClockEstimate, n)
 	done := make([]bool, n)
@@ -320,7 +399,7 @@ func AlignByCollectives(traces []optrace.Trace) ([]ClockEstimate, error) {
 			if done[j] {
 				continue
 			}
-			pe := alignSource(host[a], dev[a], host[j], dev[j])
+			pe := alignSource(ix[a], ix[j])
 			if pe.n == 0 {
 				continue
 			}

@@ -208,3 +208,41 @@ func TestAlignByCollectivesCases(t *testing.T) {
 		}
 	})
 }
+
+// Traces without collective ids (gloo, torch < 2.0) align on the k-th call
+// of each collective op in the step; an asynchronous enqueue op that is
+// no barrier (its entries and exits do not overlap across ranks) must not
+// be the one chosen.
+func TestAlignByCollectivesWithoutIDs(t *testing.T) {
+	skew := map[int]int64{1: 3_000_000, 2: -7_500_000, 3: 250_000}
+	var tr []optrace.Trace
+	for r := range 4 {
+		var ev []optrace.Event
+		for s := range int64(5) {
+			t0 := s * 100_000_000
+			arrive := t0 + 10_000_000 + int64(r)*1_000_000 // rank 3 arrives last
+			// The enqueue returns at once on every rank: no barrier.
+			ev = append(ev, optrace.Event{Name: "c10d::allreduce_", Cat: optrace.Collective, TID: 1, Device: -1,
+				StartNS: arrive, DurNS: 20_000, Step: s, Seq: -1})
+			// The worker-side op ends for everyone after the last arrival.
+			end := t0 + 10_000_000 + 3_000_000 + 500_000
+			ev = append(ev, optrace.Event{Name: "gloo:all_reduce", Cat: optrace.Collective, TID: 3, Device: -1,
+				StartNS: arrive + 30_000, DurNS: end + int64(r)*7_000 - arrive - 30_000, Step: s, Seq: -1})
+		}
+		for i := range ev {
+			ev[i].StartNS += skew[r]
+		}
+		tr = append(tr, optrace.Trace{Rank: r, Events: ev})
+	}
+	est, err := AlignByCollectives(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ce := range est {
+		// The bound is loose (arrivals spread 3 ms), the estimate (median
+		// exit difference) close: the enqueue op would give 1 ms errors.
+		if d := absInt(ce.OffsetNS + skew[ce.Rank]); ce.Method != ClockCollectives || d > ce.ResidualNS || ce.Violations != 0 || d > 100_000 {
+			t.Errorf("rank %d: %+v, want offset %d ± 100 µs", ce.Rank, ce, -skew[ce.Rank])
+		}
+	}
+}

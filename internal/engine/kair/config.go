@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/optrace"
 )
 
 // Config holds the thresholds of Stages 2 and 3.
@@ -28,6 +29,10 @@ type Config struct {
 	// 2% is below run-to-run kernel jitter.
 	MinSigmaNS  int64   `json:"min_sigma_ns"`
 	MinSigmaRel float64 `json:"min_sigma_rel"`
+	// ClockErrorNS is the cross-rank clock error (Run sets the largest
+	// alignment residual): it floors σ of joined collectives' durations,
+	// which are measured across ranks (end − latest arrival). 0 = exact.
+	ClockErrorNS int64 `json:"clock_error_ns,omitempty"`
 	// MaxWalk bounds one blame walk (DAG hops): a guard against malformed
 	// traces, far above real dependency depths within a step.
 	MaxWalk int `json:"max_walk"`
@@ -51,6 +56,8 @@ func (c Config) Validate() error {
 		return signal.FieldErrorf("min_sigma_ns", "must be ≥ 1, got %d", c.MinSigmaNS)
 	case !(c.MinSigmaRel >= 0) || c.MinSigmaRel > 1:
 		return signal.FieldErrorf("min_sigma_rel", "must be in [0,1], got %v", c.MinSigmaRel)
+	case c.ClockErrorNS < 0 || c.ClockErrorNS > optrace.MaxDurNS:
+		return signal.FieldErrorf("clock_error_ns", "must be in [0,%d], got %d", optrace.MaxDurNS, c.ClockErrorNS)
 	case c.MaxWalk < 1:
 		return signal.FieldErrorf("max_walk", "must be ≥ 1, got %d", c.MaxWalk)
 	}

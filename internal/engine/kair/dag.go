@@ -30,6 +30,8 @@ type node struct {
 	coll       int32 // collective instance, -1 none
 
 	scored     bool
+	mstart     float64 // group medians of start and scored duration:
+	mdur       float64 // the expected values excess time is measured from
 	zs, zd, ze float64 // primary method: start, duration, end
 	cs, cd     float64 // classic
 	rs, rd     float64 // robust
@@ -42,6 +44,9 @@ type dag struct {
 	// collLast[c] is the member of collective instance c that arrived last.
 	collLast []int32
 	groups   int
+	// mainTID is, per rank, the host thread of the step's first event
+	// (the ProfilerStep range's): the thread the step runs on.
+	mainTID map[int]int64
 }
 
 type laneKey struct {
@@ -89,11 +94,11 @@ func buildDAG(traces []optrace.Trace, step int64) (*dag, error) {
 			}
 		}
 	}
-	d := &dag{step: step, nodes: make([]node, 0, n)}
+	d := &dag{step: step, nodes: make([]node, 0, n), mainTID: make(map[int]int64, len(traces))}
 	for i := range traces {
 		t := &traces[i]
 		first := len(d.nodes)
-		s0 := int64(0)
+		s0, tid0 := int64(0), int64(0)
 		have := false
 		for j := range t.Events {
 			e := &t.Events[j]
@@ -105,11 +110,15 @@ func buildDAG(traces []optrace.Trace, step int64) (*dag, error) {
 			}
 			if !have || e.StartNS < s0 {
 				s0, have = e.StartNS, true
+				if e.Device < 0 {
+					tid0 = e.TID
+				}
 			}
 			if inDAG(e.Cat) {
 				d.nodes = append(d.nodes, node{ev: e, rank: t.Rank, abs: e.StartNS + t.ClockOffsetNS})
 			}
 		}
+		d.mainTID[t.Rank] = tid0
 		// Times relative to this rank's step start: the clock offset
 		// cancels within a rank, so unaligned traces still compare (§III-B
 		// Stage 2 compares instances, not wall times).

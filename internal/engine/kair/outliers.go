@@ -36,8 +36,27 @@ func (d *dag) score(cfg Config) {
 					xs = append(xs, float64(nd.end))
 				}
 			}
-			cz = classicZ(xs, cfg, cz[:0])
-			rz, buf = robustZ(xs, cfg, rz[:0], buf)
+			fc := cfg
+			if f == 1 && d.nodes[m[0]].coll >= 0 && cfg.ClockErrorNS > fc.MinSigmaNS {
+				// A joined collective's scored duration is end − latest
+				// arrival across ranks, so it carries the cross-rank clock
+				// error: differences below it are not evidence.
+				fc.MinSigmaNS = cfg.ClockErrorNS
+			}
+			cz = classicZ(xs, fc, cz[:0])
+			rz, buf = robustZ(xs, fc, rz[:0], buf)
+			if f < 2 {
+				buf = append(buf[:0], xs...)
+				slices.Sort(buf)
+				med := median(buf)
+				for _, k := range m {
+					if f == 0 {
+						d.nodes[k].mstart = med
+					} else {
+						d.nodes[k].mdur = med
+					}
+				}
+			}
 			for i, k := range m {
 				nd := &d.nodes[k]
 				nd.scored = true

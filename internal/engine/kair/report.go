@@ -20,6 +20,10 @@ const (
 	KindInconclusive Kind = "inconclusive"
 )
 
+// StepStart is RootCause.From of an edge from the start of the step: the
+// op started late with no operator before it on its rank.
+const StepStart = "(step start)"
+
 // Instance is one scored operator instance (§III-B Stage 2).
 type Instance struct {
 	Rank       int              `json:"rank"`
@@ -52,6 +56,13 @@ type RootCause struct {
 	FromRank int    `json:"from_rank"`
 	From     string `json:"from,omitempty"`
 	Step     int64  `json:"step"`
+	// ExcessNS is the time the cause cost beyond what its peers took: for
+	// an op, its duration over the median of the same instance on the
+	// other ranks; for an edge or an inconclusive stop, its start over
+	// the median start (summed over distinct culprit instances). It ranks
+	// causes by impact: a_i is a z-score, which explodes for an op whose
+	// peers agree to the microsecond however little time it lost.
+	ExcessNS int64 `json:"excess_ns"`
 	// Symptoms is how many flagged instances the walk traced here; Score
 	// the largest a_i among them.
 	Symptoms int     `json:"symptoms"`
@@ -62,6 +73,8 @@ type RootCause struct {
 	// Evidence is the longest walk that reached this cause (ties: the
 	// highest-scoring symptom's), symptom first.
 	Evidence []string `json:"evidence"`
+	node     int32    // the culprit node (per step; not reported)
+	from     int32    // an edge's tail node, -1 for StepStart / none
 }
 
 // Report is the Stages 2–3 result for one step.

@@ -21,8 +21,12 @@ import (
 type RhythmConfig struct {
 	// Windows is n, the windows of the shared grid over the common span.
 	Windows int `json:"windows"`
-	// Categories are the events counted as completions.
-	Categories []optrace.Category `json:"categories"`
+	// Categories are the events counted as completions; empty = auto:
+	// device work (kernels, copies, device-side collectives) when every
+	// rank recorded enough of it, else host work. On a GPU the host
+	// launches asynchronously and runs ahead, so host completions keep
+	// their rhythm while the device falls behind.
+	Categories []optrace.Category `json:"categories,omitempty"`
 	// Alpha is the p-value the top rank needs to be named.
 	Alpha float64 `json:"alpha"`
 	// Separation is the ratio Score[top] / Score[runner-up] needed.
@@ -62,14 +66,43 @@ const (
 	agreementK = 5
 )
 
-func defaultCategories() []optrace.Category {
-	return []optrace.Category{optrace.CPUOp, optrace.GPUKernel, optrace.Memcpy, optrace.Memset,
-		optrace.Collective, optrace.Runtime}
+// hostCategories / deviceCategories are the auto choices of
+// RhythmConfig.Categories. Collective counts in both: a device-side
+// collective is device work, a host-side one (gloo) host work, and
+// Localize keeps only the side it counts.
+func hostCategories() []optrace.Category {
+	return []optrace.Category{optrace.CPUOp, optrace.Collective, optrace.Runtime}
+}
+
+func deviceCategories() []optrace.Category {
+	return []optrace.Category{optrace.GPUKernel, optrace.Memcpy, optrace.Memset, optrace.Collective}
+}
+
+// autoCategories picks device work when every rank has device
+// completions and at least min(minCompletions, its host completions) of
+// them, else host work.
+func autoCategories(traces []optrace.Trace) []optrace.Category {
+	for i := range traces {
+		dev, host := 0, 0
+		for j := range traces[i].Events {
+			e := &traces[i].Events[j]
+			switch {
+			case e.Device >= 0 && (e.Cat.OnDevice() || e.Cat == optrace.Collective):
+				dev++
+			case e.Device < 0 && (e.Cat == optrace.CPUOp || e.Cat == optrace.Collective || e.Cat == optrace.Runtime):
+				host++
+			}
+		}
+		if dev == 0 || dev < min(minCompletions, host) {
+			return hostCategories()
+		}
+	}
+	return deviceCategories()
 }
 
 // DefaultRhythmConfig returns the documented Stage 1 defaults.
 func DefaultRhythmConfig() RhythmConfig {
-	return RhythmConfig{Windows: defaultWindows, Categories: defaultCategories(),
+	return RhythmConfig{Windows: defaultWindows,
 		Alpha: defaultAlpha, Separation: defaultSeparation, Frame: FrameStep}
 }
 
@@ -77,9 +110,6 @@ func DefaultRhythmConfig() RhythmConfig {
 func (c RhythmConfig) withDefaults() RhythmConfig {
 	if c.Windows == 0 {
 		c.Windows = defaultWindows
-	}
-	if c.Categories == nil {
-		c.Categories = defaultCategories()
 	}
 	if c.Alpha == 0 {
 		c.Alpha = defaultAlpha
@@ -98,8 +128,6 @@ func (c RhythmConfig) Validate() error {
 	switch {
 	case c.Windows < 1 || c.Windows > maxWindows:
 		return signal.FieldErrorf("windows", "must be in [1,%d], got %d", maxWindows, c.Windows)
-	case len(c.Categories) == 0:
-		return signal.FieldErrorf("categories", "must name at least one category")
 	case !(c.Alpha > 0 && c.Alpha < 1):
 		return signal.FieldErrorf("alpha", "must be in (0,1), got %v", c.Alpha)
 	case !(c.Separation >= 1) || math.IsInf(c.Separation, 0):
@@ -142,15 +170,17 @@ type Rhythm struct {
 	// Frame is the time axis actually used (FrameCapture when step
 	// numbers were missing). T0NS is the grid start: on the reference
 	// clock in FrameCapture, ns into the step (0) in FrameStep.
-	Frame    RhythmFrame `json:"frame"`
-	T0NS     int64       `json:"t0_ns"`
-	WindowNS int64       `json:"window_ns"`
-	Windows  int         `json:"windows"`
-	Ranks    []int       `json:"ranks"`
-	Totals   []int       `json:"totals"` // completions inside the grid per rank
-	Freq     [][]uint32  `json:"freq"`   // per rank, completions per window (Fig. 4 view)
-	D        []float64   `json:"d"`      // exact pairwise D, len(Ranks)² row-major
-	Score    []float64   `json:"score"`  // S_A
+	Frame RhythmFrame `json:"frame"`
+	// Categories are the completions counted (cfg's, or the auto choice).
+	Categories []optrace.Category `json:"categories"`
+	T0NS       int64              `json:"t0_ns"`
+	WindowNS   int64              `json:"window_ns"`
+	Windows    int                `json:"windows"`
+	Ranks      []int              `json:"ranks"`
+	Totals     []int              `json:"totals"` // completions inside the grid per rank
+	Freq       [][]uint32         `json:"freq"`   // per rank, completions per window (Fig. 4 view)
+	D          []float64          `json:"d"`      // exact pairwise D, len(Ranks)² row-major
+	Score      []float64          `json:"score"`  // S_A
 	// P is the per-rank p-value (stats.KSMatrix.P); -1 when the rank has
 	// no completion (no sample: the test says nothing).
 	P    []float64 `json:"p"`
@@ -159,9 +189,13 @@ type Rhythm struct {
 	// Order is ranks (not indices) by descending Score.
 	Order     []int           `json:"order"`
 	Agreement RhythmAgreement `json:"agreement"`
-	Verdict   RhythmVerdict   `json:"verdict"`
-	Straggler int             `json:"straggler"` // rank, -1 unless Verdict == straggler
-	Why       string          `json:"why"`       // one sentence: why named / why withheld
+	// StepLeaders is, per common step (FrameStep, ≥ 2 steps), the rank
+	// diverging most in that step alone (-1: too few completions); a
+	// straggler must lead in at least half of those with a leader.
+	StepLeaders []int         `json:"step_leaders,omitempty"`
+	Verdict     RhythmVerdict `json:"verdict"`
+	Straggler   int           `json:"straggler"` // rank, -1 unless Verdict == straggler
+	Why         string        `json:"why"`       // one sentence: why named / why withheld
 }
 
 // commonSteps is the steps (≥ 0) every trace has events in, ascending.
@@ -231,8 +265,17 @@ func Localize(traces []optrace.Trace, cfg RhythmConfig) (*Rhythm, error) {
 		idx[i] = i
 	}
 	slices.SortFunc(idx, func(a, b int) int { return traces[a].Rank - traces[b].Rank })
+	cats := cfg.Categories
+	side := 0 // 1: device events only, -1: host only, 0: both
+	if len(cats) == 0 {
+		cats = autoCategories(traces)
+		side = -1
+		if slices.Contains(cats, optrace.GPUKernel) {
+			side = 1
+		}
+	}
 	var want [256]bool
-	for _, c := range cfg.Categories {
+	for _, c := range cats {
 		want[c] = true
 	}
 	steps := commonSteps(traces)
@@ -242,6 +285,7 @@ func Localize(traces []optrace.Trace, cfg RhythmConfig) (*Rhythm, error) {
 	}
 	n := len(idx)
 	times := make([][]int64, n)
+	stepOf := make([][]int64, n) // FrameStep: the step of each completion
 	frame := cfg.Frame
 	if len(steps) == 0 {
 		frame = FrameCapture // no step to measure from
@@ -261,7 +305,7 @@ func Localize(traces []optrace.Trace, cfg RhythmConfig) (*Rhythm, error) {
 		var ts []int64
 		for k := range t.Events {
 			e := &t.Events[k]
-			if !e.Cat.Valid() || !want[e.Cat] || e.DurNS < 0 {
+			if !e.Cat.Valid() || !want[e.Cat] || e.DurNS < 0 || (side > 0 && e.Device < 0) || (side < 0 && e.Device >= 0) {
 				continue
 			}
 			if len(steps) > 0 && !inStep[e.Step] {
@@ -277,6 +321,9 @@ func Localize(traces []optrace.Trace, cfg RhythmConfig) (*Rhythm, error) {
 				continue
 			}
 			ts = append(ts, end)
+			if frame == FrameStep {
+				stepOf[j] = append(stepOf[j], e.Step)
+			}
 			rlo, rhi = min(rlo, s), max(rhi, end)
 		}
 		times[j] = ts
@@ -306,7 +353,7 @@ func Localize(traces []optrace.Trace, cfg RhythmConfig) (*Rhythm, error) {
 	ref := stats.KSReference(rh, 0)
 	ag := stats.CompareRankings(m.Score, ref.D, agreementK)
 
-	out := &Rhythm{Frame: frame, T0NS: g.T0, WindowNS: g.W, Windows: g.N, Ranks: make([]int, n),
+	out := &Rhythm{Frame: frame, Categories: cats, T0NS: g.T0, WindowNS: g.W, Windows: g.N, Ranks: make([]int, n),
 		Totals: slices.Clone(rh.Total), Freq: make([][]uint32, n), D: jsonSafe(m.D, 0),
 		Score: jsonSafe(m.Score, 0), P: jsonSafe(m.P, -1), RefD: jsonSafe(ref.D, 0),
 		RefP: jsonSafe(ref.P, -1), Order: make([]int, n), Straggler: -1,
@@ -324,7 +371,66 @@ func Localize(traces []optrace.Trace, cfg RhythmConfig) (*Rhythm, error) {
 		out.Order[j] = out.Ranks[w]
 	}
 	out.Verdict, out.Straggler, out.Why = rhythmVerdict(out, m.Order, cfg, len(steps))
+	if frame == FrameStep && len(steps) >= 2 {
+		out.StepLeaders = stepLeaders(steps, times, stepOf, out.Ranks, cfg.Windows)
+		if out.Verdict == RhythmStraggler {
+			k, known := 0, 0
+			for _, r := range out.StepLeaders {
+				if r >= 0 {
+					known++
+				}
+				if r == out.Straggler {
+					k++
+				}
+			}
+			if known > 0 && 2*k < known {
+				// Pooling lets one rank's unusual steps (a stall, a GC)
+				// dominate; a straggler is one in most steps.
+				out.Verdict, out.Why = RhythmInconclusive, fmt.Sprintf(
+					"rank %d diverges most over the pooled steps (S = %.3f) but leads the per-step divergence in only %d of %d steps: not a consistent straggler",
+					out.Straggler, out.Score[slices.Index(out.Ranks, out.Straggler)], k, known)
+				out.Straggler = -1
+			}
+		}
+	}
 	return out, nil
+}
+
+// stepLeaders is, per step, the rank whose within-step rhythm diverges
+// most from the median reference ECDF (stats.KSReference, O(N·n) per
+// step, so the check stays cheap at thousands of ranks); -1 when the step
+// has too few completions to compare.
+func stepLeaders(steps []int64, times, stepOf [][]int64, ranks []int, windows int) []int {
+	out := make([]int, len(steps))
+	per := make([][]int64, len(times))
+	for si, s := range steps {
+		out[si] = -1
+		hi := int64(0)
+		ok := true
+		for j := range times {
+			per[j] = per[j][:0]
+			for i, t := range times[j] {
+				if stepOf[j][i] == s {
+					per[j] = append(per[j], t)
+					hi = max(hi, t)
+				}
+			}
+			ok = ok && len(per[j]) >= minCompletions
+		}
+		if !ok || hi < 0 {
+			continue
+		}
+		g := stats.Grid{T0: 0, W: hi/int64(windows) + 1, N: windows}
+		rh, err := stats.NewRhythms(g, per)
+		if err != nil {
+			continue
+		}
+		ref := stats.KSReference(rh, 0)
+		if len(ref.Order) > 0 {
+			out[si] = ranks[ref.Order[0]]
+		}
+	}
+	return out
 }
 
 // stepStarts is, per common step, the earliest start of any event of the

@@ -173,7 +173,6 @@ func TestRhythmConfigValidate(t *testing.T) {
 		{"alpha", RhythmConfig{Alpha: -0.1}},
 		{"alpha", RhythmConfig{Alpha: math.NaN()}},
 		{"separation", RhythmConfig{Separation: math.Inf(1)}},
-		{"categories", RhythmConfig{Categories: []optrace.Category{}}},
 		{"categories[0]", RhythmConfig{Categories: []optrace.Category{200}}},
 	} {
 		_, err := Localize(rhythmTraces(3, 30, nil), tc.cfg)
@@ -184,5 +183,48 @@ func TestRhythmConfigValidate(t *testing.T) {
 	}
 	if err := DefaultRhythmConfig().Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A rank that diverges in one step only (a stall, a GC pause) can top the
+// pooled score; a straggler must lead most steps, so it is withheld. The
+// same rank slow in every step is named.
+func TestLocalizeStepConsistency(t *testing.T) {
+	mk := func(slowSteps map[int64]bool) []optrace.Trace {
+		tr := make([]optrace.Trace, 6)
+		for r := range tr {
+			tr[r].Rank = r
+			for s := int64(0); s < 4; s++ {
+				t0 := s * 10_000_000
+				tr[r].Events = append(tr[r].Events, optrace.Event{Name: "ProfilerStep#", Cat: optrace.UserRange, Device: -1,
+					StartNS: t0, DurNS: 9_000_000, Step: s, Seq: -1})
+				for i := range int64(60) {
+					at := t0 + 10_000 + i*100_000 + int64((r*7+int(i)*3)%5)*1_000
+					if r == 2 && slowSteps[s] {
+						at += 300_000 + i*150_000 // falls far behind in this step
+					}
+					tr[r].Events = append(tr[r].Events, optrace.Event{Name: "aten::op", Cat: optrace.CPUOp, TID: 1, Device: -1,
+						StartNS: at, DurNS: 50_000, Step: s, Seq: -1})
+				}
+			}
+		}
+		return tr
+	}
+	every, err := Localize(mk(map[int64]bool{0: true, 1: true, 2: true, 3: true}), RhythmConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if every.Verdict != RhythmStraggler || every.Straggler != 2 || !slices.Equal(every.StepLeaders, []int{2, 2, 2, 2}) {
+		t.Fatalf("slow in every step: %s %d leaders %v: %s", every.Verdict, every.Straggler, every.StepLeaders, every.Why)
+	}
+	once, err := Localize(mk(map[int64]bool{1: true}), RhythmConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if once.Order[0] != 2 || once.StepLeaders[1] != 2 {
+		t.Fatalf("scenario: rank 2 should top the pooled score and lead step 1: order %v leaders %v", once.Order, once.StepLeaders)
+	}
+	if once.Verdict != RhythmInconclusive || !strings.Contains(once.Why, "leads the per-step divergence in only 1 of 4") {
+		t.Errorf("one bad step: %s %q", once.Verdict, once.Why)
 	}
 }

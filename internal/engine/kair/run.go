@@ -186,8 +186,18 @@ func Run(traces []optrace.Trace, hb map[int][]Heartbeat, cfg RunConfig) (*TraceR
 		notes = append(notes, note)
 	}
 	rep.Analysed = analysed
+	pin := cfg.Config
+	if pin.ClockErrorNS == 0 {
+		// Joined collectives are scored across ranks: their spread must
+		// exceed the alignment error to count (outliers.go).
+		for _, ce := range rep.Clock {
+			if ce.Method != ClockNone {
+				pin.ClockErrorNS = max(pin.ClockErrorNS, min(ce.ResidualNS, optrace.MaxDurNS))
+			}
+		}
+	}
 	for _, s := range analysed {
-		r, err := Analyze(work, s, cfg.Config)
+		r, err := Analyze(work, s, pin)
 		if err != nil {
 			return nil, err
 		}
@@ -444,6 +454,7 @@ func aggregateCauses(reps []*Report) []Cause {
 			c := &out[i]
 			c.Steps++
 			c.Symptoms += rc.Symptoms
+			c.ExcessNS = min(c.ExcessNS+rc.ExcessNS, optrace.MaxDurNS)
 			if rc.Score > c.Score {
 				c.Score, c.Evidence = rc.Score, slices.Clone(rc.Evidence)
 			}
@@ -451,8 +462,8 @@ func aggregateCauses(reps []*Report) []Cause {
 		}
 	}
 	slices.SortFunc(out, func(a, b Cause) int {
-		return cmp.Or(cmp.Compare(b.Steps, a.Steps), cmp.Compare(b.Score, a.Score),
-			kindRank(a.Kind)-kindRank(b.Kind), cmp.Compare(b.Symptoms, a.Symptoms),
+		return cmp.Or(kindRank(a.Kind)-kindRank(b.Kind), cmp.Compare(b.ExcessNS, a.ExcessNS),
+			cmp.Compare(b.Steps, a.Steps), cmp.Compare(b.Score, a.Score), cmp.Compare(b.Symptoms, a.Symptoms),
 			cmp.Compare(a.Rank, b.Rank), cmp.Compare(a.Name, b.Name),
 			cmp.Compare(a.FromRank, b.FromRank), cmp.Compare(a.From, b.From))
 	})
@@ -474,12 +485,39 @@ func stragglerOutliers(reps []*Report, rank int) []Instance {
 	return out[:min(len(out), maxStragglerOutliers)]
 }
 
+// culpritSeparation: the top cause is named only if it cost at least this
+// many times the runner-up's excess time — the same guard Stage 1 applies
+// to scores (RhythmConfig.Separation): busy hosts stall some op on some
+// rank in every step, and a sum over steps must stand out from that.
+const culpritSeparation = 2
+
+// fmtNS is a duration in words for headlines.
+func fmtNS(ns int64) string {
+	switch {
+	case ns >= 1e9:
+		return fmt.Sprintf("%.2f s", float64(ns)/1e9)
+	case ns >= 1e6:
+		return fmt.Sprintf("%.1f ms", float64(ns)/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.1f µs", float64(ns)/1e3)
+	}
+	return fmt.Sprintf("%d ns", ns)
+}
+
 // describeCause is a cause in words.
 func describeCause(c *Cause) string {
 	switch c.Kind {
 	case KindOp:
 		return fmt.Sprintf("operator %s on rank %d, which ran abnormally long", c.Name, c.Rank)
 	case KindEdge:
+		if c.From == StepStart {
+			return fmt.Sprintf("the gap before %s on rank %d (it started late with no operator before it in the step: time spent outside profiled operators — data loading, Python, a host wait)",
+				c.Name, c.Rank)
+		}
+		if c.FromRank == c.Rank {
+			return fmt.Sprintf("the gap on rank %d between %s and %s (%s finished on time, %s started late: a wait or un-profiled host work in between)",
+				c.Rank, c.From, c.Name, c.From, c.Name)
+		}
 		return fmt.Sprintf("the dependency edge rank %d %s → rank %d %s (its predecessor finished on time but the op started late: transfer or synchronization)",
 			c.FromRank, c.From, c.Rank, c.Name)
 	}
@@ -497,9 +535,12 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 	for _, r := range rep.StepReports {
 		outliers += len(r.Outliers)
 	}
-	var top *Cause
+	var top, runner *Cause
 	if len(rep.Causes) > 0 {
 		top = &rep.Causes[0]
+	}
+	if len(rep.Causes) > 1 && rep.Causes[1].Kind != KindInconclusive {
+		runner = &rep.Causes[1]
 	}
 	switch {
 	case len(rep.Ranks) < cfg.Config.MinRanks:
@@ -513,10 +554,13 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 	case top == nil:
 		v = VerdictNone
 		parts = append(parts, fmt.Sprintf("%d operator outlier(s) in the %d analysed step(s), all early or fast: nothing late or slow to blame.", outliers, na))
-	case top.Kind != KindInconclusive && 2*top.Steps >= na:
+	case top.Kind != KindInconclusive && 2*top.Steps >= na && (runner == nil || top.ExcessNS >= culpritSeparation*runner.ExcessNS):
 		v = VerdictCulprit
-		parts = append(parts, fmt.Sprintf("Culprit: %s — in %d of %d analysed step(s), explaining %d flagged instance(s) (a = %.1f).",
-			describeCause(top), top.Steps, na, top.Symptoms, top.Score))
+		parts = append(parts, fmt.Sprintf("Culprit: %s — %s over peers in %d of %d analysed step(s), explaining %d flagged instance(s) (a = %.1f).",
+			describeCause(top), fmtNS(top.ExcessNS), top.Steps, na, top.Symptoms, top.Score))
+	case top.Kind != KindInconclusive && 2*top.Steps >= na:
+		parts = append(parts, fmt.Sprintf("Inconclusive: two candidates cost comparable time — %s (%s over peers in %d step(s)) and %s (%s in %d) — not %g× apart, so neither is named.",
+			describeCause(top), fmtNS(top.ExcessNS), top.Steps, describeCause(runner), fmtNS(runner.ExcessNS), runner.Steps, float64(culpritSeparation)))
 	default:
 		var lead *Cause
 		for i := range rep.Causes {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -175,9 +176,9 @@ func TestRunHeartbeatAlignment(t *testing.T) {
 	skew := map[int]int64{1: 5_000_000, 2: -2_000_000}
 	tr := skewed(base, skew)
 	for i := range tr {
-		for j := range tr[i].Events {
-			tr[i].Events[j].Seq, tr[i].Events[j].Comm = -1, ""
-		}
+		// No collective at all: nothing for barrier semantics (id-less
+		// collectives would still align by occurrence).
+		tr[i].Events = slices.DeleteFunc(tr[i].Events, func(e optrace.Event) bool { return e.Cat == optrace.Collective })
 	}
 	hb := map[int][]Heartbeat{}
 	for r := range 4 {
@@ -264,7 +265,7 @@ func TestRunConfigValidate(t *testing.T) {
 		{"rhythm.windows", func(c *RunConfig) { c.Rhythm.Windows = -1 }},
 		{"rhythm.alpha", func(c *RunConfig) { c.Rhythm.Alpha = 1.5 }},
 		{"rhythm.separation", func(c *RunConfig) { c.Rhythm.Separation = 0.5 }},
-		{"rhythm.categories", func(c *RunConfig) { c.Rhythm.Categories = []optrace.Category{} }},
+		{"rhythm.categories[0]", func(c *RunConfig) { c.Rhythm.Categories = []optrace.Category{0} }},
 		{"rhythm.categories[1]", func(c *RunConfig) { c.Rhythm.Categories = []optrace.Category{optrace.CPUOp, 0} }},
 		{"pinpoint.z_threshold", func(c *RunConfig) { c.Config.ZThreshold = -1 }},
 		{"pinpoint.min_ranks", func(c *RunConfig) { c.Config.MinRanks = 2 }},
@@ -389,7 +390,11 @@ func TestRunStagesDisagree(t *testing.T) {
 				StartNS: t0 + i*100, DurNS: 50, Step: s, Seq: -1})
 		}
 	}
-	rep := mustRun(t, tr, nil, DefaultRunConfig())
+	// Host ops and copies counted together (auto would pick host work:
+	// the other ranks have no device events).
+	cfg := DefaultRunConfig()
+	cfg.Rhythm.Categories = []optrace.Category{optrace.CPUOp, optrace.Memcpy, optrace.Collective}
+	rep := mustRun(t, tr, nil, cfg)
 	if rep.Rhythm.Straggler != 6 || rep.Verdict != VerdictCulprit || rep.Causes[0].Rank != 2 {
 		t.Fatalf("%s", dumpRun(rep))
 	}

@@ -15,6 +15,7 @@ import { detailsCard } from './labels.js';
 import { groupSelector } from './groups.js';
 import { loadGreyhound, greyhoundView } from './greyhound.js';
 import { loadSysom, sysomView } from './sysom.js';
+import { loadKair, kairView } from './kair.js';
 
 // loadJob fetches what the page shows. With a role group selected the
 // report is asked for that group alone (its own time axis, window and
@@ -34,20 +35,22 @@ export async function loadJob(route, signal, fresh) {
   const all = route.params.has('group') ? cachedJSON(reportPath(id, reportQuery(route.params, ['group'])), signal, fresh) : rep;
   const gh = loadGreyhound(id, signal, fresh); // never rejects
   const sy = loadSysom(id, route.params, signal, fresh); // never rejects
+  const kr = loadKair(id, route.params, signal, fresh); // never rejects
   let r;
   let a;
   try {
     [r, a] = await Promise.all([rep, all]);
   } catch (e) {
     job.catch(() => {}); // an abort rejects it too; this error is reported
-    const [g, s] = await Promise.all([gh, sy]);
-    // CPU profiles alone (agent-only job) also make a page.
-    if (e.name === 'AbortError' || e.status !== 404 || (!g.report && (!s || s.missing || s.aborted))) throw e;
+    const [g, s, k] = await Promise.all([gh, sy, kr]);
+    // CPU profiles alone (agent-only job), or operator captures alone,
+    // also make a page.
+    if (e.name === 'AbortError' || e.status !== 404 || (!g.report && (!s || s.missing || s.aborted) && !(k && (k.caps || []).length))) throw e;
     const [j, js] = await Promise.all([job, jobs]);
-    return { rep: null, all: null, repError: e, job: j, jobs: js, gh: g, sy: s };
+    return { rep: null, all: null, repError: e, job: j, jobs: js, gh: g, sy: s, kr: k };
   }
-  const [j, js, g, s] = await Promise.all([job, jobs, gh, sy]);
-  return { rep: r, all: a, job: j, jobs: js, gh: g, sy: s };
+  const [j, js, g, s, k] = await Promise.all([job, jobs, gh, sy, kr]);
+  return { rep: r, all: a, job: j, jobs: js, gh: g, sy: s, kr: k };
 }
 
 // shownGroup is the role group the page shows: the selected one, else the
@@ -149,12 +152,18 @@ export function renderJob(main, route, model, view) {
 }
 
 // mountSysom appends the CPU-profile section (sysom.js) after the rest is
-// laid out: its charts size themselves to the page.
+// laid out: its charts size themselves to the page. The operator-trace
+// section (kair.js) follows it.
 function mountSysom(main, model) {
   const v = sysomView(model.sy, { job: model.job });
-  if (!v.node) return;
-  main.append(v.node);
-  v.draw();
+  if (v.node) {
+    main.append(v.node);
+    v.draw();
+  }
+  const k = kairView(model.kr, { jobId: model.id });
+  if (!k.node) return;
+  main.append(k.node);
+  k.draw();
 }
 
 // jobHead is the title and the window / reference controls: the keyboard

@@ -8,6 +8,7 @@ import { renderJobs } from './jobs.js';
 import { loadJob, renderJob, jobHead } from './job.js';
 import { greyhoundSig } from './greyhound.js';
 import { sysomSig } from './sysom.js';
+import { kairSig } from './kair.js';
 
 const REFRESH_MS = 10000;
 
@@ -82,7 +83,7 @@ async function load(opts = {}) {
       const model = await loadJob(route, ctrl.signal, opts.fresh);
       model.id = route.id;
       const sig = (model.rep ? JSON.stringify(model.rep).length + ':' + JSON.stringify(model.rep.headline) + ':' + (model.rep.timeline ? model.rep.timeline.to : '') : 'no-report') +
-        ':' + greyhoundSig(model.gh) + ':' + sysomSig(model.sy);
+        ':' + greyhoundSig(model.gh) + ':' + sysomSig(model.sy) + ':' + kairSig(model.kr);
       if (!(opts.quiet && state.shown && state.shown.key === key && state.shown.sig === sig)) {
         const rank = route.params.get('rank');
         renderJob(main, route, model, { signal: ctrl.signal, scrollToRank: rank != null && rank !== state.rank });

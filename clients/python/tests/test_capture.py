@@ -1,0 +1,463 @@
+"""KAIR operator-trace captures (laggard.capture, contracts C/D): plan
+checks, the poller's stop rules and heartbeats, the env switches, and — with
+torch (run with /usr/bin/python3) — real torch.profiler captures against
+the fake server: the plan is picked up, exactly the sampled steps are
+recorded under their training step numbers, the upload's body and headers,
+the trace's time base, and failures (a 500 then success, a 413, an export or
+profiler failure) reported without touching training."""
+
+import gzip
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+
+import laggard  # noqa: E402
+from laggard import capture as cap_mod  # noqa: E402
+from laggard import config  # noqa: E402
+from laggard.capture import Capturer, PlanError, parse_plan  # noqa: E402
+from laggard.sinks import ShipError  # noqa: E402
+from envutil import module_fixture  # noqa: E402
+from fakeserver import FakeServer  # noqa: E402
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+setUpModule, tearDownModule = module_fixture()
+
+
+class ParsePlanTest(unittest.TestCase):
+    def test_defaults_and_fields(self):
+        p = parse_plan({"id": "c0123456789ab", "start_step": 40})
+        self.assertEqual(p, {"id": "c0123456789ab", "start_step": 40, "steps": 5, "every": 1, "state": "pending"})
+
+    def test_refusals_name_the_field(self):
+        ok = {"id": "c1", "start_step": 3, "steps": 5, "every": 2}
+        cases = [
+            ([], "capture"),
+            (dict(ok, id="../x"), "id"),
+            (dict(ok, id=""), "id"),
+            (dict(ok, start_step=-1), "start_step"),
+            (dict(ok, start_step="3"), "start_step"),
+            (dict(ok, steps=0), "steps"),
+            (dict(ok, steps=65), "steps"),
+            (dict(ok, every=0), "every"),
+            (dict(ok, every=True), "every"),
+        ]
+        for plan, field in cases:
+            with self.subTest(field=field, plan=plan):
+                with self.assertRaises(PlanError) as cm:
+                    parse_plan(plan)
+                self.assertTrue(str(cm.exception).startswith(field), str(cm.exception))
+
+    def test_clean_error_is_a_header_value(self):
+        s = cap_mod.clean_error("boom\r\nX-Evil: 1 \u00e9" + "x" * 900)
+        self.assertNotIn("\n", s)
+        self.assertTrue(all(" " <= c <= "~" for c in s))
+        self.assertLessEqual(len(s), 500)
+
+
+class FakePollSink:
+    """poll_capture answers from a list: ShipError instances raise."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.posts = []
+
+    def poll_capture(self, rank):
+        a = self.answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    def post_capture_trace(self, cid, rank, body, size, headers):
+        self.posts.append((cid, rank, body.read() if body is not None else None, dict(headers)))
+
+
+class PollerTest(unittest.TestCase):
+    def capturer(self, answers):
+        c = Capturer("job", directory=tempfile.mkdtemp(), backoff_s=0.01)
+        self.assertTrue(c.attach(FakePollSink(answers), 3))
+        return c
+
+    def test_three_404s_stop_polling(self):
+        e404 = ShipError("x", status=404)
+        c = self.capturer([e404, e404, (None, None), e404, e404, e404])
+        for _ in range(5):
+            c.poll()
+        self.assertFalse(c.poll_dead)  # a success in between resets the count
+        c.poll()
+        self.assertTrue(c.poll_dead)
+        self.assertFalse(c.stats()["polling"])
+        self.assertEqual(c.stats()["poll_errors"], 5)
+
+    def test_401_stops_at_once_500_does_not(self):
+        c = self.capturer([ShipError("x", status=500), ShipError("x", status=403)])
+        c.poll()
+        self.assertFalse(c.poll_dead)
+        c.poll()
+        self.assertTrue(c.poll_dead)
+
+    def test_keeps_last_16_heartbeats(self):
+        c = self.capturer([(None, (i, i + 10, i + 11, i + 20)) for i in range(20)])
+        for _ in range(20):
+            c.poll()
+        hb = c.heartbeats()
+        self.assertEqual(len(hb), 16)
+        self.assertEqual(hb[0], [4, 14, 15, 24])
+        self.assertEqual(hb[-1], [19, 29, 30, 39])
+
+    def test_plan_picked_up_once_and_withdrawn(self):
+        plan = {"id": "c1", "start_step": 10, "steps": 2, "every": 1, "state": "pending"}
+        c = self.capturer([(plan, None), (plan, None), (None, None)])
+        c.poll()
+        self.assertEqual(c.plan["id"], "c1")
+        c.plan = None  # as if started
+        c.poll()
+        self.assertIsNone(c.plan)  # the same id is not taken twice
+        self.assertEqual(c.stats()["plans"], 1)
+        c.plan = parse_plan(plan)
+        c.poll()  # the server no longer lists it: cancelled before it started here
+        self.assertIsNone(c.plan)
+        self.assertEqual(c.stats()["cancelled"], 1)
+
+    def test_refused_plan_is_reported(self):
+        c = self.capturer([({"id": "c2", "start_step": 1, "steps": 999}, None)])
+        c.poll()
+        self.assertIsNone(c.plan)
+        self.assertTrue(c.close(5))
+        (cid, rank, body, headers), = c._up_sink.posts
+        self.assertEqual((cid, rank, body), ("c2", 3, None))
+        self.assertTrue(headers["X-Laggard-Capture-Error"].startswith("plan refused: steps"), headers)
+
+    def test_no_torch_reports_failure(self):
+        c = self.capturer([])
+        c.offer({"id": "c3", "start_step": 0, "steps": 1})
+        with mock.patch.dict(sys.modules, {"torch": None}):
+            c.begin(0)
+        self.assertFalse(c.recording)
+        self.assertEqual(c.stats()["failed"], 1)
+        self.assertTrue(c.close(5))
+        self.assertIn("torch is not imported", c._up_sink.posts[0][3]["X-Laggard-Capture-Error"])
+
+
+class EnvTest(unittest.TestCase):
+    def test_from_env(self):
+        c = config.from_env({"LAGGARD_CAPTURE": "0", "LAGGARD_CAPTURE_POLL_S": "0.5", "LAGGARD_CAPTURE_DIR": "/x"})
+        self.assertEqual(c, {"capture": False, "capture_poll_s": 0.5, "capture_dir": "/x"})
+        self.assertEqual(config.from_env({"LAGGARD_CAPTURE_POLL_S": "0"}), {})
+        self.assertEqual(config.from_env({"LAGGARD_CAPTURE_POLL_S": "soon"}), {})
+        self.assertEqual(config.from_env({"LAGGARD_CAPTURE": "on"}), {"capture": True})
+
+    def test_perf_switches(self):
+        with mock.patch.dict(os.environ, {"LAGGARD_CAPTURE": "0"}):
+            p = laggard.Perf(server="http://127.0.0.1:9", job="j")
+        self.assertIsNone(p._kair)
+        self.assertNotIn("capture", p.stats())
+        p.close(0.1)
+        with mock.patch.dict(os.environ, {"LAGGARD_CAPTURE_POLL_S": "0.25", "LAGGARD_CAPTURE_DIR": "/tmp/lcd"}):
+            p = laggard.Perf(server="http://127.0.0.1:9", job="j", capture=True)
+        self.assertEqual((p._kair.poll_s, p._kair.dir), (0.25, "/tmp/lcd"))
+        p.close(0.1)
+        p = laggard.Perf(out=os.path.join(tempfile.mkdtemp(), "x.jsonl"), job="j")
+        self.assertIsNone(p._kair)  # a file has no server to take traces
+        p.close(0.1)
+        p = laggard.Perf(server="http://127.0.0.1:9", job="j")
+        self.assertEqual(p._kair is not None, HAVE_TORCH)  # default: on with a server, where torch is installed
+        p.close(0.1)
+
+
+class Scheduled:
+    """The fake server's pending capture: start_step a few steps past the
+    newest step it has seen when first asked (as the server's lead does)."""
+
+    def __init__(self, srv, steps=3, every=1, lead=30, cid="c0123456789ab"):
+        self.srv, self.plan = srv, None
+        self.args = dict(id=cid, steps=steps, every=every, state="pending")
+        self.lead = lead
+
+    def __call__(self, rank, n):
+        if self.plan is None:
+            seen = [v["step"] for v in self.srv.vectors()] or [0]
+            self.plan = dict(self.args, start_step=max(seen) + self.lead, ranks=[0], job="j")
+        return dict(self.plan)
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs torch (run with /usr/bin/python3)")
+class CaptureJobTest(unittest.TestCase):
+    def run_job(self, steps=3, every=1, behaviour=None, n=150, patch=None, until=None):
+        srv = FakeServer(behaviour=behaviour)
+        self.addCleanup(srv.close)
+        sched = Scheduled(srv, steps=steps, every=every)
+        srv.captures["j"] = sched
+        self.dir = os.path.join(tempfile.mkdtemp(), "not-yet")  # created when needed
+        p = laggard.Perf(server=srv.url, job="j", rank=0, world_size=1, flush_interval=0.05, capture_poll_s=0.05,
+                         capture_dir=self.dir)
+        p._kair.backoff_s = 0.02
+        import torch
+        x = torch.randn(64, 64)
+        self.starts = {}
+        ran = 0
+        with (patch or mock.patch.dict({}, {})):
+            for i in range(n):
+                self.starts[i] = time.time_ns()
+                with p.step():
+                    x = torch.tanh(x @ x)
+                    x = torch.tanh(x @ x)
+                    time.sleep(0.008)
+                ran += 1
+                st = p.stats()["capture"]
+                if (until or (lambda s: s["uploaded"] or s["failed"]))(st) and st["state"] == "idle":
+                    break
+        self.assertTrue(p.close(5))
+        self.ran = ran
+        return srv, sched, p
+
+    def trace(self, srv, cid="c0123456789ab"):
+        (post,) = srv.traces[("j", cid, 0)]
+        return json.loads(post["body"]), post["headers"]
+
+    def steps_in(self, events):
+        return [int(e["name"].split("#")[1]) for e in events if e["name"].startswith("ProfilerStep#")]
+
+    def test_every_step(self):
+        self.check_every_step(None)
+
+    def test_every_step_torch_export(self):
+        # torch.profiler's own stop + export_chrome_trace (the path Kineto builds take)
+        self.check_every_step(mock.patch.object(cap_mod, "_FAST_LEGACY", False))
+
+    def check_every_step(self, patch):
+        t0 = time.time_ns()
+        srv, sched, p = self.run_job(steps=3, every=1, patch=patch)
+        events, h = self.trace(srv)
+        s0 = sched.plan["start_step"]
+        self.assertEqual(self.steps_in(events), [s0, s0 + 1, s0 + 2])
+        self.assertEqual(sum(e["name"] == "aten::mm" for e in events), 3 * 2)  # exactly the sampled steps
+        st = p.stats()["capture"]
+        self.assertEqual((st["uploaded"], st["steps_recorded"], st["failed"]), (1, 3, 0))
+        self.assertGreater(st["upload_bytes"], 0)
+        self.assertEqual(h["content-encoding"], "gzip")
+        clock = json.loads(h["x-laggard-clock"])
+        self.assertTrue(1 <= len(clock) <= 16)
+        for cs, sr, ss, cr in clock:
+            self.assertTrue(t0 <= cs <= sr <= ss <= cr, (cs, sr, ss, cr))  # one host: the clocks agree
+        # ts are µs since the trace start; base + ts is the step's epoch start.
+        base = int(h["x-laggard-trace-base-ns"])
+        for e in events:
+            if e["name"].startswith("ProfilerStep#"):
+                s = int(e["name"].split("#")[1])
+                lag = base + int(e["ts"]) * 1000 - self.starts[s]
+                self.assertTrue(0 <= lag < 20_000_000, lag)  # after the loop's stamp, within 20 ms
+        self.assertEqual(os.listdir(self.dir), [])  # nothing left behind
+
+    def test_every_third_step_merged(self):
+        self.check_every_third(None)
+
+    def test_every_third_step_merged_torch_export(self):
+        self.check_every_third(mock.patch.object(cap_mod, "_FAST_LEGACY", False))
+
+    def check_every_third(self, patch):
+        srv, sched, p = self.run_job(steps=3, every=3, patch=patch)
+        events, h = self.trace(srv)
+        s0 = sched.plan["start_step"]
+        self.assertEqual(self.steps_in(events), [s0, s0 + 3, s0 + 6])
+        self.assertEqual(sum(e["name"] == "aten::mm" for e in events), 3 * 2)  # steps in between not recorded
+        ts = [e["ts"] for e in events if e["name"].startswith("ProfilerStep#")]
+        # One time base: the sampled steps are ~3 steps (>= 24 ms) apart.
+        self.assertTrue(all(b - a >= 20_000 for a, b in zip(ts, ts[1:])), ts)
+        base = int(h["x-laggard-trace-base-ns"])
+        for e in events:
+            if e["name"].startswith("ProfilerStep#"):
+                lag = base + int(e["ts"]) * 1000 - self.starts[int(e["name"].split("#")[1])]
+                self.assertTrue(0 <= lag < 20_000_000, lag)
+
+    def test_server_500_then_success(self):
+        def beh(method, path, n):
+            if "/traces" in path and n == 0:
+                return (500, {}, {"error": "busy"}, 0)
+            return None
+        srv, _, p = self.run_job(behaviour=beh)
+        st = p.stats()["capture"]
+        self.assertEqual((st["uploaded"], st["failed"]), (1, 0))
+        self.assertGreaterEqual(st["upload_retries"], 1)
+        events, _ = self.trace(srv)
+        self.assertEqual(len(self.steps_in(events)), 3)
+
+    def test_413_reports_error(self):
+        def beh(method, path, n):
+            if "/traces" in path and n == 0:
+                return (413, {}, {"error": "trace larger than 1 GiB"}, 0)
+            return None
+        srv, _, p = self.run_job(behaviour=beh)
+        st = p.stats()["capture"]
+        self.assertEqual((st["uploaded"], st["failed"], st["reported"]), (0, 1, 1))
+        posts = [r for r in srv.requests if "/traces" in r["path"]]
+        self.assertEqual([r["status"] for r in posts], [413, 201])  # no retry of a 413
+        (rep,) = srv.traces[("j", "c0123456789ab", 0)]
+        self.assertEqual(rep["body"], b"")
+        self.assertIn("HTTP 413", rep["headers"]["x-laggard-capture-error"])
+        self.assertEqual(os.listdir(self.dir), [])
+
+    def test_export_failure_reported_training_continues(self):
+        def broken(torch):
+            s = cap_mod._Session(torch)
+
+            def export(path):
+                raise RuntimeError("disk on fire")
+            s.p.export_chrome_trace = export
+            return s
+        srv, _, p = self.run_job(patch=mock.patch.object(cap_mod, "_start_profiler", broken))
+        st = p.stats()["capture"]
+        self.assertEqual((st["failed"], st["profiler_errors"], st["uploaded"]), (1, 1, 0))
+        (rep,) = srv.traces[("j", "c0123456789ab", 0)]
+        self.assertIn("disk on fire", rep["headers"]["x-laggard-capture-error"])
+        self.assertEqual(p.stats()["errors"], 0)
+        self.assertFalse(p._kair.recording)
+        import torch.autograd.profiler as ap
+        self.assertFalse(torch_profiler_enabled(ap))  # the session was stopped
+
+    def test_profiler_stop_failure(self):
+        real = cap_mod._LegacySession.stop
+
+        def stop(self, path):
+            real(self, path)
+            raise RuntimeError("stop went wrong")
+        srv, _, p = self.run_job(patch=mock.patch.object(cap_mod._LegacySession, "stop", stop))
+        st = p.stats()["capture"]
+        self.assertEqual((st["failed"], st["profiler_errors"], st["uploaded"]), (1, 1, 0))
+        (rep,) = srv.traces[("j", "c0123456789ab", 0)]
+        self.assertIn("profiler stop: RuntimeError: stop went wrong", rep["headers"]["x-laggard-capture-error"])
+        self.assertFalse(torch_profiler_enabled(None))
+
+    def test_profiler_start_failure(self):
+        def broken(torch):
+            raise RuntimeError("profiler already enabled")
+        srv, _, p = self.run_job(patch=mock.patch.object(cap_mod, "_start_profiler", broken))
+        st = p.stats()["capture"]
+        self.assertEqual((st["failed"], st["profiler_errors"], st["steps_recorded"]), (1, 1, 0))
+        (rep,) = srv.traces[("j", "c0123456789ab", 0)]
+        self.assertIn("profiler start at step", rep["headers"]["x-laggard-capture-error"])
+        self.assertEqual(p.stats()["steps"], self.ran)
+
+    def test_close_mid_capture_uploads_what_was_recorded(self):
+        srv, sched, p = self.run_job(steps=20, every=1, until=lambda s: s["steps_recorded"] >= 2)
+        events, _ = self.trace(srv)
+        s0 = sched.plan["start_step"]
+        self.assertEqual(self.steps_in(events)[:2], [s0, s0 + 1])
+        self.assertEqual(p.stats()["capture"]["uploaded"], 1)
+
+    def test_disabled_by_env_never_polls(self):
+        srv = FakeServer()
+        self.addCleanup(srv.close)
+        srv.captures["j"] = Scheduled(srv)
+        with mock.patch.dict(os.environ, {"LAGGARD_CAPTURE": "0"}):
+            p = laggard.init(server=srv.url, job="j", rank=0, world_size=1, flush_interval=0.02)
+        for _ in range(30):
+            with p.step():
+                time.sleep(0.005)
+        self.assertTrue(p.close(5))
+        self.assertFalse([r for r in srv.requests if "/captures" in r["path"]])
+        self.assertNotIn("capture", p.stats())
+
+
+def torch_profiler_enabled(_):
+    try:
+        import torch
+        return bool(torch.autograd._profiler_enabled())
+    except Exception:
+        return False
+
+
+class GzipBodyTest(unittest.TestCase):
+    """write_body on hand-made segments: the time base decision and the
+    merge of several sessions (no torch needed)."""
+
+    def seg(self, doc):
+        fd, path = tempfile.mkstemp(suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        self.addCleanup(lambda: os.path.exists(path) and os.remove(path))
+        return path
+
+    def body(self, segs):
+        out = tempfile.mktemp(suffix=".gz")
+        self.addCleanup(lambda: os.path.exists(out) and os.remove(out))
+        base = cap_mod.write_body(out, segs)
+        with gzip.open(out) as f:
+            return base, json.loads(f.read())
+
+    def test_legacy_single_is_relative(self):
+        doc = [{"name": "ProfilerStep#4", "ph": "X", "ts": 10, "dur": 5}]
+        base, got = self.body([("file", self.seg(doc), 1_700_000_000_000_000_000)])
+        self.assertEqual((base, got), (1_700_000_000_000_000_000, doc))
+
+    def test_absolute_or_based_traces_need_no_header(self):
+        doc = {"traceEvents": [{"name": "a", "ph": "X", "ts": 1_700_000_000_000_000, "dur": 1}]}
+        self.assertIsNone(self.body([("file", self.seg(doc), 5)])[0])
+        doc = {"traceEvents": [{"name": "a", "ph": "X", "ts": 3, "dur": 1}], "baseTimeNanoseconds": 7}
+        self.assertIsNone(self.body([("file", self.seg(doc), 5)])[0])
+
+    def test_merge_legacy_shifts_to_first_base(self):
+        a = [{"name": "ProfilerStep#3", "ph": "X", "ts": 10, "dur": 5}]
+        b = [{"name": "ProfilerStep#6", "ph": "X", "ts": 12, "dur": 5}]
+        base, got = self.body([("file", self.seg(a), 1_000_000_000), ("file", self.seg(b), 1_040_000_000)])
+        self.assertEqual(base, 1_000_000_000)
+        self.assertEqual([e["ts"] for e in got], [10, 40_012])
+
+    def test_events_sorted_parents_first_on_first_base(self):
+        class Ev:
+            def __init__(self, name, start, dur, tid=1):
+                self.v = (name, start, dur, tid)
+
+            def name(self):
+                return self.v[0]
+
+            def start_us(self):
+                return self.v[1]
+
+            def duration_us(self):
+                return self.v[2]
+
+            def start_thread_id(self):
+                return self.v[3]
+
+        class Res:
+            def __init__(self, evs):
+                self.evs = evs
+
+            def events(self):
+                return self.evs
+        a = Res([Ev("aten::mm", 1_000_010, 3), Ev("ProfilerStep#5", 1_000_010, 9), Ev("[memory]", 1_000_011, 0)])
+        b = Res([Ev("ProfilerStep#8", 1_050_000, 9), Ev("aten::mm", 1_050_001, 2, 7)])
+        base, got = self.body([("events", a, 1_000_000_000), ("events", b, 1_049_990_000)])
+        self.assertEqual(base, 1_000_000_000)
+        self.assertEqual([(e["name"], e["ts"], e["dur"], e["tid"]) for e in got],
+                         [("ProfilerStep#5", 10, 9, 1), ("aten::mm", 10, 3, 1), ("ProfilerStep#8", 50_000, 9, 1),
+                          ("aten::mm", 50_001, 2, 7)])
+        out = tempfile.mktemp(suffix=".gz")
+        self.addCleanup(lambda: os.path.exists(out) and os.remove(out))
+        with self.assertRaises(OSError):
+            cap_mod.write_body(out, [("events", a, 1_000_000_000)], limit=10)
+
+    def test_merge_kineto_keeps_file_base(self):
+        a = {"schemaVersion": 1, "traceEvents": [{"name": "x", "ph": "X", "ts": 1.5, "dur": 1}],
+             "baseTimeNanoseconds": 2_000_000}
+        b = {"schemaVersion": 1, "traceEvents": [{"name": "y", "ph": "X", "ts": 1.5, "dur": 1}],
+             "baseTimeNanoseconds": 2_500_500}
+        base, got = self.body([("file", self.seg(a), 0), ("file", self.seg(b), 0)])
+        self.assertIsNone(base)
+        self.assertEqual(got["baseTimeNanoseconds"], 2_000_000)
+        self.assertEqual(got["schemaVersion"], 1)
+        self.assertEqual([e["ts"] for e in got["traceEvents"]], [1.5, 502.0])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,968 @@
+package analysis
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/laggard-dev/laggard/internal/engine/kair"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/optrace"
+	"github.com/laggard-dev/laggard/internal/store"
+)
+
+// KAIR's server side (§III-A Feature 2, triggered capture): capture
+// records (what ranks should record, which did), the uploaded per-rank
+// operator traces, and the report (kair.Run over a capture's traces).
+// The HTTP layer decodes uploads (internal/wire is not analysis's to
+// import) and hands over optrace.Traces; the clock is always the caller's.
+
+// Aliases so layers above analysis name the KAIR engine's types without
+// importing it (only analysis joins the store and the engines).
+type (
+	// KairReport is the KAIR pipeline's report over one capture.
+	KairReport = kair.TraceReport
+	// KairRunConfig configures kair.Run.
+	KairRunConfig = kair.RunConfig
+	// KairHeartbeat is one client↔server clock sample.
+	KairHeartbeat = kair.Heartbeat
+	// KairClockMethod says how ranks' clocks were aligned.
+	KairClockMethod = kair.ClockMethod
+)
+
+// Clock methods (kair.ClockMethod), for callers that pick one.
+const (
+	KairClockNone        = kair.ClockNone
+	KairClockGiven       = kair.ClockGiven
+	KairClockHeartbeat   = kair.ClockHeartbeat
+	KairClockCollectives = kair.ClockCollectives
+)
+
+// DefaultKairRunConfig is kair.DefaultRunConfig.
+func DefaultKairRunConfig() KairRunConfig { return kair.DefaultRunConfig() }
+
+// RunKair runs the KAIR pipeline over traces already in memory (the
+// CLI's files): layers above analysis call it instead of the engine.
+func RunKair(traces []optrace.Trace, hb map[int][]KairHeartbeat, cfg KairRunConfig) (*KairReport, error) {
+	return kair.Run(traces, hb, cfg)
+}
+
+// Capture triggers (store.Capture.Trigger).
+const (
+	TriggerManual = "manual"
+	TriggerAuto   = "auto"
+)
+
+// CaptureOpen reports whether ranks are still asked to record c.
+func CaptureOpen(c *store.Capture) bool { return c.State.Open() }
+
+// Errors the HTTP layer maps to 409.
+var (
+	// ErrCaptureOpen: the job already has an open capture.
+	ErrCaptureOpen = errors.New("the job already has an open capture")
+	// ErrCaptureClosed: the capture was cancelled (uploads and cancels
+	// of closed captures are refused).
+	ErrCaptureClosed = errors.New("the capture is closed")
+	// ErrTooFewTraces: a KAIR report needs traces of at least two ranks.
+	ErrTooFewTraces = errors.New("too few ranks uploaded a trace")
+)
+
+// KairSource is what the KAIR adapter reads and writes (store/capture.go,
+// store/optrace.go); *store.Store implements it.
+type KairSource interface {
+	Job(id string) (*signal.Job, error)
+	Stats(job string) (store.JobStats, error)
+	PutCapture(c *store.Capture) error
+	Capture(job, id string) (*store.Capture, error)
+	Captures(job string) ([]*store.Capture, error)
+	PutOpTrace(job, capture string, t *optrace.Trace, hb []store.OpHeartbeat) error
+	OpTraces(job, capture string) ([]optrace.Trace, map[int][]store.OpHeartbeat, error)
+}
+
+var _ KairSource = (*store.Store)(nil)
+
+// KairConfig bounds captures. Zero fields take the defaults in
+// parentheses.
+type KairConfig struct {
+	// Steps is the default number of sampled steps a capture records (5);
+	// MaxSteps bounds a request (64).
+	Steps, MaxSteps int
+	// Every is the default step-level sampling interval (1); MaxEvery
+	// bounds a request (1000).
+	Every, MaxEvery int
+	// MaxRanks bounds the ranks one capture asks (64): a report loads
+	// every asked rank's trace (up to 2M events each) at once.
+	MaxRanks int
+	// AllRanksUpTo: a job of at most this many ranks records all of them
+	// by default (16); a larger one records its suspects plus Peers
+	// random peers (8), KAIR §III-A Feature 2.
+	AllRanksUpTo, Peers int
+	// LeadSteps and LeadNS: the default start step is the job's newest
+	// step plus max(LeadSteps, LeadNS of steps) (10 steps, 10 s), so every
+	// rank has polled the plan before it starts.
+	LeadSteps int64
+	LeadNS    int64
+	// SlackNS is added to the recording's expected end for export and
+	// upload (5 min); DeadlineNS is the whole deadline when the step time
+	// is unknown (15 min); MaxDeadlineNS caps it (1 h).
+	SlackNS, DeadlineNS, MaxDeadlineNS int64
+	// MaxReasonLen clips reasons (512 bytes).
+	MaxReasonLen int
+	// Run configures kair.Run (kair.DefaultRunConfig()).
+	Run *KairRunConfig
+	// CachedReports are the reports kept for repeated reads (8).
+	CachedReports int
+}
+
+func (c *KairConfig) setDefaults() {
+	def := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def64 := func(p *int64, v int64) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&c.Steps, 5)
+	def(&c.MaxSteps, 64)
+	def(&c.Every, 1)
+	def(&c.MaxEvery, 1000)
+	def(&c.MaxRanks, 64)
+	def(&c.AllRanksUpTo, 16)
+	def(&c.Peers, 8)
+	def64(&c.LeadSteps, 10)
+	def64(&c.LeadNS, 10e9)
+	def64(&c.SlackNS, 300e9)
+	def64(&c.DeadlineNS, 900e9)
+	def64(&c.MaxDeadlineNS, 3600e9)
+	def(&c.MaxReasonLen, 512)
+	def(&c.CachedReports, 8)
+	c.Steps = min(c.Steps, c.MaxSteps)
+	if c.Run == nil {
+		rc := kair.DefaultRunConfig()
+		c.Run = &rc
+	}
+}
+
+// CaptureRequest is the body of a manual capture (POST …/captures); zero
+// or absent fields take defaults.
+type CaptureRequest struct {
+	Ranks     []int  `json:"ranks,omitempty"`
+	Steps     int    `json:"steps,omitempty"`
+	Every     int    `json:"every,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	StartStep *int64 `json:"start_step,omitempty"`
+}
+
+// CaptureHints are what the caller knows beyond the store: who asked,
+// the suspects to record besides random peers, and the job's step time
+// (deadline and lead).
+type CaptureHints struct {
+	Trigger  string
+	Suspects []int
+	StepNS   int64
+}
+
+// Kair is the KAIR adapter: capture life cycle over the store and the
+// report. Safe for concurrent use.
+type Kair struct {
+	src KairSource
+	cfg KairConfig
+	log *slog.Logger
+	// OnState, if set, sees every capture entering a state (created as
+	// pending included), after it is stored; for metrics. Set it before
+	// use.
+	OnState func(c *store.Capture)
+	// intn picks peers (math/rand/v2 by default; tests fix it).
+	intn func(n int) int
+
+	mu   sync.Mutex
+	open map[string]*store.Capture // job → open capture (nil: known none); polls read it
+	// cache holds recent reports, oldest first.
+	cache []cachedKair
+	// running makes concurrent reads of one capture compute it once.
+	running map[string]*kairFlight
+	// gen counts uploads per job (part of the report key; bounded by the
+	// jobs, unlike a count per capture).
+	gen map[string]uint64
+}
+
+type cachedKair struct {
+	key string
+	rep *KairReport
+}
+
+type kairFlight struct {
+	done chan struct{}
+	rep  *KairReport
+	err  error
+}
+
+// NewKair returns the adapter over src.
+func NewKair(src KairSource, cfg KairConfig) *Kair {
+	cfg.setDefaults()
+	return &Kair{src: src, cfg: cfg, log: slog.Default(), intn: mrand.IntN, open: map[string]*store.Capture{},
+		running: map[string]*kairFlight{}, gen: map[string]uint64{}}
+}
+
+// SetLogger sets where panics in the engine are logged.
+func (k *Kair) SetLogger(l *slog.Logger) { k.log = l }
+
+// Config returns the effective configuration.
+func (k *Kair) Config() KairConfig { return k.cfg }
+
+// Forget drops what is cached about a deleted job.
+func (k *Kair) Forget(job string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.open, job)
+	delete(k.gen, job)
+	k.cache = slices.DeleteFunc(k.cache, func(c cachedKair) bool { return strings.HasPrefix(c.key, job+"\x00") })
+}
+
+func cloneCapture(c *store.Capture) *store.Capture {
+	if c == nil {
+		return nil
+	}
+	d := *c
+	d.Ranks = slices.Clone(c.Ranks)
+	d.Fetched = slices.Clone(c.Fetched)
+	d.Uploaded = slices.Clone(c.Uploaded)
+	if c.Failed != nil {
+		d.Failed = make(map[string]string, len(c.Failed))
+		for r, m := range c.Failed {
+			d.Failed[r] = m
+		}
+	}
+	if d.Fetched == nil {
+		d.Fetched = []int{}
+	}
+	if d.Uploaded == nil {
+		d.Uploaded = []int{}
+	}
+	return &d
+}
+
+// openLocked returns job's open capture (settled at nowNS), loading it
+// from the store on a cache miss. k.mu is held.
+func (k *Kair) openLocked(job string, nowNS int64) (*store.Capture, error) {
+	c, ok := k.open[job]
+	if !ok {
+		cs, err := k.src.Captures(job)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		for _, x := range cs {
+			if CaptureOpen(x) {
+				c = x
+				break
+			}
+		}
+		k.open[job] = c
+	}
+	if c == nil {
+		return nil, nil
+	}
+	if err := k.settleLocked(c, nowNS); err != nil {
+		return nil, err
+	}
+	if !CaptureOpen(c) {
+		k.open[job] = nil
+		return nil, nil
+	}
+	return c, nil
+}
+
+// settledState is c's state at nowNS: closed once every asked rank
+// answered (complete when all uploaded) or the deadline passed (partial
+// with a trace, expired without). Cancelled and complete stay; partial
+// and expired captures still take late uploads, so they move on.
+func settledState(c *store.Capture, nowNS int64) store.CaptureState {
+	if !CaptureOpen(c) && c.State != store.CapturePartial && c.State != store.CaptureExpired {
+		return c.State
+	}
+	answered := 0
+	for _, r := range c.Ranks {
+		if slices.Contains(c.Uploaded, r) || c.Failed[strconv.Itoa(r)] != "" {
+			answered++
+		}
+	}
+	switch {
+	case len(c.Ranks) > 0 && len(c.Uploaded) == len(c.Ranks):
+		return store.CaptureComplete
+	case answered == len(c.Ranks) || nowNS > c.DeadlineNS:
+		if len(c.Uploaded) == 0 {
+			return store.CaptureExpired
+		}
+		return store.CapturePartial
+	}
+	return c.State
+}
+
+// settleLocked moves c to its settled state, storing the change. k.mu is
+// held.
+func (k *Kair) settleLocked(c *store.Capture, nowNS int64) error {
+	next := settledState(c, nowNS)
+	if next == c.State {
+		return nil
+	}
+	prev := c.State
+	c.State = next
+	if err := k.src.PutCapture(c); err != nil {
+		c.State = prev
+		return err
+	}
+	k.notify(c)
+	return nil
+}
+
+func (k *Kair) notify(c *store.Capture) {
+	if k.OnState != nil {
+		k.OnState(cloneCapture(c))
+	}
+}
+
+// Create asks ranks of job to record (a manual or auto trigger); it
+// fails with ErrCaptureOpen while another capture is open.
+func (k *Kair) Create(job string, req CaptureRequest, h CaptureHints, nowNS int64) (*store.Capture, error) {
+	j, err := k.src.Job(job)
+	if err != nil {
+		return nil, err
+	}
+	c := &store.Capture{Job: job, Trigger: h.Trigger, CreatedNS: nowNS, Steps: req.Steps, Every: req.Every,
+		Fetched: []int{}, Uploaded: []int{}, State: store.CapturePending}
+	if c.Trigger == "" {
+		c.Trigger = TriggerManual
+	}
+	if c.Steps == 0 {
+		c.Steps = k.cfg.Steps
+	}
+	if c.Steps < 1 || c.Steps > k.cfg.MaxSteps {
+		return nil, signal.FieldErrorf("steps", "must be in [1, %d], got %d", k.cfg.MaxSteps, req.Steps)
+	}
+	if c.Every == 0 {
+		c.Every = k.cfg.Every
+	}
+	if c.Every < 1 || c.Every > k.cfg.MaxEvery {
+		return nil, signal.FieldErrorf("every", "must be in [1, %d], got %d", k.cfg.MaxEvery, req.Every)
+	}
+	c.Reason = clipText(strings.TrimSpace(req.Reason), k.cfg.MaxReasonLen)
+	if c.Ranks, err = k.pickRanks(j, req.Ranks, h.Suspects); err != nil {
+		return nil, err
+	}
+	st, err := k.src.Stats(job)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	// KAIR §III-A Feature 2: ranks start recording at a common step a
+	// little ahead of the newest one, so every rank has polled the plan.
+	lead := k.cfg.LeadSteps
+	if h.StepNS > 0 {
+		lead = max(lead, min((k.cfg.LeadNS+h.StepNS-1)/h.StepNS, 100_000))
+	}
+	switch {
+	case req.StartStep != nil:
+		if *req.StartStep < 0 || *req.StartStep > optrace.MaxStep {
+			return nil, signal.FieldErrorf("start_step", "must be in [0, %d], got %d", optrace.MaxStep, *req.StartStep)
+		}
+		c.StartStep = *req.StartStep
+	case st.Vectors > 0 && st.LastStep >= 0:
+		c.StartStep = st.LastStep + lead
+	}
+	wait := k.cfg.DeadlineNS
+	if h.StepNS > 0 {
+		ahead := max(c.StartStep-max(st.LastStep, 0), 0) + int64(c.Steps*c.Every)
+		wait = k.cfg.MaxDeadlineNS
+		if ahead <= k.cfg.MaxDeadlineNS/h.StepNS { // no overflow: clamped below anyway
+			wait = ahead*h.StepNS + k.cfg.SlackNS
+		}
+	}
+	c.DeadlineNS = nowNS + min(max(wait, k.cfg.SlackNS), k.cfg.MaxDeadlineNS)
+	c.ID = store.NewCaptureID()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	open, err := k.openLocked(job, nowNS)
+	if err != nil {
+		return nil, err
+	}
+	if open != nil {
+		return nil, fmt.Errorf("job %q: capture %s (%s) is open until %d: %w", signal.Clip(job), open.ID, open.State, open.DeadlineNS, ErrCaptureOpen)
+	}
+	if err := k.src.PutCapture(c); err != nil {
+		return nil, err
+	}
+	k.open[job] = c
+	k.notify(c)
+	return cloneCapture(c), nil
+}
+
+// clipText cuts s to at most n bytes on a rune boundary.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// pickRanks validates asked ranks or picks the default: all ranks of a
+// small job, else the suspects plus random peers.
+func (k *Kair) pickRanks(j *signal.Job, asked, suspects []int) ([]int, error) {
+	world := j.WorldSize
+	if len(asked) > 0 {
+		if len(asked) > k.cfg.MaxRanks {
+			return nil, signal.FieldErrorf("ranks", "%d ranks, more than the %d one capture may record", len(asked), k.cfg.MaxRanks)
+		}
+		out := slices.Clone(asked)
+		slices.Sort(out)
+		for i, r := range out {
+			if r < 0 || (world > 0 && r >= world) {
+				return nil, signal.FieldErrorf("ranks", "rank %d is not in the job's world [0, %d)", r, world)
+			}
+			if i > 0 && out[i-1] == r {
+				return nil, signal.FieldErrorf("ranks", "rank %d is listed twice", r)
+			}
+		}
+		return out, nil
+	}
+	if world <= 0 {
+		return nil, signal.FieldErrorf("ranks", "the job's world size is unknown: list the ranks to record")
+	}
+	if world <= k.cfg.AllRanksUpTo {
+		out := make([]int, world)
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	var out []int
+	for _, r := range suspects {
+		if r >= 0 && r < world && !slices.Contains(out, r) && len(out) < k.cfg.MaxRanks-k.cfg.Peers {
+			out = append(out, r)
+		}
+	}
+	peers := min(max(k.cfg.Peers, k.cfg.AllRanksUpTo-len(out)), world-len(out), k.cfg.MaxRanks-len(out))
+	// Random peers (a partial Fisher-Yates over the ranks not chosen):
+	// KAIR compares the suspects' rhythm against healthy workers.
+	pool := make([]int, 0, world-len(out))
+	for r := range world {
+		if !slices.Contains(out, r) {
+			pool = append(pool, r)
+		}
+	}
+	for i := 0; i < peers; i++ {
+		p := i + k.intn(len(pool)-i)
+		pool[i], pool[p] = pool[p], pool[i]
+		out = append(out, pool[i])
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Captures lists job's captures, newest first (open ones settled).
+func (k *Kair) Captures(job string, nowNS int64) ([]*store.Capture, error) {
+	if _, err := k.src.Job(job); err != nil {
+		return nil, err
+	}
+	cs, err := k.src.Captures(job)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]*store.Capture, 0, len(cs))
+	for _, c := range cs {
+		if cur := k.open[job]; cur != nil && cur.ID == c.ID {
+			c = cur
+		}
+		if err := k.settleLocked(c, nowNS); err != nil {
+			return nil, err
+		}
+		if cur := k.open[job]; cur != nil && cur.ID == c.ID && !CaptureOpen(c) {
+			k.open[job] = nil
+		}
+		out = append(out, cloneCapture(c))
+	}
+	return out, nil
+}
+
+// Capture returns one capture (settled).
+func (k *Kair) Capture(job, id string, nowNS int64) (*store.Capture, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, err := k.captureLocked(job, id, nowNS)
+	return cloneCapture(c), err
+}
+
+func (k *Kair) captureLocked(job, id string, nowNS int64) (*store.Capture, error) {
+	if cur := k.open[job]; cur != nil && cur.ID == id {
+		if err := k.settleLocked(cur, nowNS); err != nil {
+			return nil, err
+		}
+		if !CaptureOpen(cur) {
+			k.open[job] = nil
+		}
+		return cur, nil
+	}
+	c, err := k.src.Capture(job, id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("job %q has no capture %q: %w", signal.Clip(job), signal.Clip(id), store.ErrNotFound)
+		}
+		return nil, err
+	}
+	if err := k.settleLocked(c, nowNS); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Cancel cancels an open capture (a closed one is left as it is and
+// returned unchanged: cancelling twice is not an error).
+func (k *Kair) Cancel(job, id string, nowNS int64) (*store.Capture, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, err := k.captureLocked(job, id, nowNS)
+	if err != nil {
+		return nil, err
+	}
+	if !CaptureOpen(c) {
+		return cloneCapture(c), nil
+	}
+	prev := c.State
+	c.State = store.CaptureCancelled
+	if err := k.src.PutCapture(c); err != nil {
+		c.State = prev
+		return nil, err
+	}
+	if cur := k.open[job]; cur != nil && cur.ID == id {
+		k.open[job] = nil
+	}
+	k.notify(c)
+	return cloneCapture(c), nil
+}
+
+// Pending is a rank's poll: the open capture it should record (nil when
+// none, or when it already answered), marking it fetched.
+func (k *Kair) Pending(job string, rank int, nowNS int64) (*store.Capture, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, err := k.openLocked(job, nowNS)
+	if err != nil || c == nil {
+		return nil, err
+	}
+	if !slices.Contains(c.Ranks, rank) || slices.Contains(c.Uploaded, rank) || c.Failed[strconv.Itoa(rank)] != "" {
+		return nil, nil
+	}
+	if !slices.Contains(c.Fetched, rank) {
+		next := cloneCapture(c)
+		next.Fetched = append(next.Fetched, rank)
+		slices.Sort(next.Fetched)
+		next.State = store.CaptureRecording
+		if err := k.src.PutCapture(next); err != nil {
+			return nil, err
+		}
+		entered := c.State != store.CaptureRecording
+		k.open[job] = next
+		c = next
+		if entered {
+			k.notify(c)
+		}
+	}
+	return cloneCapture(c), nil
+}
+
+// CheckUpload is what an upload must pass before its body is read: the
+// capture exists, is not cancelled, and asked rank.
+func (k *Kair) CheckUpload(job, id string, rank int, nowNS int64) (*store.Capture, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.checkUploadLocked(job, id, rank, nowNS)
+}
+
+func (k *Kair) checkUploadLocked(job, id string, rank int, nowNS int64) (*store.Capture, error) {
+	c, err := k.captureLocked(job, id, nowNS)
+	if err != nil {
+		return nil, err
+	}
+	if c.State == store.CaptureCancelled {
+		return nil, fmt.Errorf("job %q: capture %s was cancelled: %w", signal.Clip(job), id, ErrCaptureClosed)
+	}
+	if !slices.Contains(c.Ranks, rank) {
+		return nil, signal.FieldErrorf("rank", "capture %s did not ask rank %d to record (it asked %v)", id, rank, c.Ranks)
+	}
+	return c, nil
+}
+
+// PutTrace stores rank's trace of capture id (t.Rank is the rank) with
+// its clock samples; a rank's second upload replaces the first. Late
+// uploads (past the deadline) are kept: a slow upload still adds
+// evidence.
+func (k *Kair) PutTrace(job, id string, t *optrace.Trace, hb []store.OpHeartbeat, nowNS int64) (*store.Capture, error) {
+	if _, err := k.CheckUpload(job, id, t.Rank, nowNS); err != nil {
+		return nil, err
+	}
+	// Stored outside the lock: a large trace takes a while, and every
+	// rank's poll needs the lock. A capture cancelled meanwhile keeps the
+	// trace stored but does not list it.
+	if err := k.src.PutOpTrace(job, id, t, hb); err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	// A re-upload replaces a rank's trace without changing the upload
+	// set: the generation in the report key makes cached reports stale.
+	k.gen[job]++
+	c, err := k.checkUploadLocked(job, id, t.Rank, nowNS)
+	if err != nil {
+		return nil, err
+	}
+	next := cloneCapture(c)
+	if !slices.Contains(next.Fetched, t.Rank) {
+		next.Fetched = append(next.Fetched, t.Rank)
+		slices.Sort(next.Fetched)
+	}
+	if !slices.Contains(next.Uploaded, t.Rank) {
+		next.Uploaded = append(next.Uploaded, t.Rank)
+		slices.Sort(next.Uploaded)
+	}
+	delete(next.Failed, strconv.Itoa(t.Rank))
+	if len(next.Failed) == 0 {
+		next.Failed = nil
+	}
+	return k.updateLocked(c, next, nowNS)
+}
+
+// FailRank records that rank could not record capture id (the client's
+// error text).
+func (k *Kair) FailRank(job, id string, rank int, msg string, nowNS int64) (*store.Capture, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, err := k.checkUploadLocked(job, id, rank, nowNS)
+	if err != nil {
+		return nil, err
+	}
+	if slices.Contains(c.Uploaded, rank) {
+		return cloneCapture(c), nil // a trace is stored: the error is stale
+	}
+	msg = strings.TrimSpace(msg)
+	if msg == "" {
+		msg = "the client reported an error"
+	}
+	msg = clipText(msg, k.cfg.MaxReasonLen)
+	next := cloneCapture(c)
+	if !slices.Contains(next.Fetched, rank) {
+		next.Fetched = append(next.Fetched, rank)
+		slices.Sort(next.Fetched)
+	}
+	if next.Failed == nil {
+		next.Failed = map[string]string{}
+	}
+	next.Failed[strconv.Itoa(rank)] = msg
+	return k.updateLocked(c, next, nowNS)
+}
+
+// updateLocked stores next in place of c (settling it first) and keeps
+// the open cache in step. k.mu is held.
+func (k *Kair) updateLocked(c, next *store.Capture, nowNS int64) (*store.Capture, error) {
+	prev := c.State
+	// A rank that answers had the plan, polled or not.
+	if next.State == store.CapturePending {
+		next.State = store.CaptureRecording
+	}
+	next.State = settledState(next, nowNS)
+	if err := k.src.PutCapture(next); err != nil {
+		return nil, err
+	}
+	if cur := k.open[c.Job]; cur != nil && cur.ID == c.ID {
+		k.open[c.Job] = next
+		if !CaptureOpen(next) {
+			k.open[c.Job] = nil
+		}
+	}
+	if next.State != prev {
+		k.notify(next)
+	}
+	return cloneCapture(next), nil
+}
+
+// Settle closes job's open capture if its deadline passed (the detect
+// loop calls it, so captures expire without traffic).
+func (k *Kair) Settle(job string, nowNS int64) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, err := k.openLocked(job, nowNS)
+	return err
+}
+
+// Open returns job's open capture, nil when none.
+func (k *Kair) Open(job string, nowNS int64) (*store.Capture, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, err := k.openLocked(job, nowNS)
+	return cloneCapture(c), err
+}
+
+// KairAnswer is GET …/kair: the capture and its KAIR report.
+type KairAnswer struct {
+	Capture *store.Capture `json:"capture"`
+	Report  *KairReport    `json:"report"`
+}
+
+// Report runs KAIR (kair.Run: clock alignment, Stage 1 rhythm, Stages
+// 2–3) over capture id's traces, or over the newest capture with an
+// upload when id is "". It needs traces of two ranks (ErrTooFewTraces).
+// Reports of an unchanged upload set are cached.
+func (k *Kair) Report(ctx context.Context, job, id string, nowNS int64) (*KairAnswer, error) {
+	c, err := k.pickCapture(job, id, nowNS)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := k.report(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return &KairAnswer{Capture: c, Report: rep}, nil
+}
+
+func (k *Kair) pickCapture(job, id string, nowNS int64) (*store.Capture, error) {
+	if id != "" {
+		c, err := k.Capture(job, id, nowNS)
+		if err != nil {
+			return nil, err
+		}
+		if len(c.Uploaded) < 2 {
+			return nil, fmt.Errorf("job %q, capture %s (%s): %d of %d ranks uploaded a trace; KAIR compares ranks and needs two: %w",
+				signal.Clip(job), c.ID, c.State, len(c.Uploaded), len(c.Ranks), ErrTooFewTraces)
+		}
+		return c, nil
+	}
+	cs, err := k.Captures(job, nowNS)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		if len(c.Uploaded) == 0 {
+			continue
+		}
+		if len(c.Uploaded) < 2 {
+			return nil, fmt.Errorf("job %q: the newest capture with traces, %s (%s), has %d of %d ranks uploaded; KAIR compares ranks and needs two: %w",
+				signal.Clip(job), c.ID, c.State, len(c.Uploaded), len(c.Ranks), ErrTooFewTraces)
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("job %q has no capture with an uploaded trace (POST …/captures to record one): %w", signal.Clip(job), store.ErrNotFound)
+}
+
+// reportKey names a report's inputs. k.mu is held.
+func (k *Kair) reportKey(c *store.Capture) string {
+	return fmt.Sprintf("%s\x00%s\x00%v\x00%d", c.Job, c.ID, c.Uploaded, k.gen[c.Job])
+}
+
+// report returns c's report: cached, being computed by another request
+// (waited for), or computed here.
+func (k *Kair) report(ctx context.Context, c *store.Capture) (*KairReport, error) {
+	k.mu.Lock()
+	key := k.reportKey(c)
+	for _, e := range k.cache {
+		if e.key == key {
+			k.mu.Unlock()
+			return e.rep, nil
+		}
+	}
+	if f := k.running[key]; f != nil {
+		k.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.rep, f.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f := &kairFlight{done: make(chan struct{})}
+	k.running[key] = f
+	k.mu.Unlock()
+	f.rep, f.err = k.compute(ctx, c)
+	k.mu.Lock()
+	delete(k.running, key)
+	if f.err == nil {
+		k.cache = append(k.cache, cachedKair{key: key, rep: f.rep})
+		if len(k.cache) > k.cfg.CachedReports {
+			k.cache = slices.Delete(k.cache, 0, len(k.cache)-k.cfg.CachedReports)
+		}
+	}
+	k.mu.Unlock()
+	close(f.done)
+	return f.rep, f.err
+}
+
+// compute loads c's traces and runs the pipeline. A panic in the engine
+// is a bug; it becomes ErrInternal rather than taking the server down.
+func (k *Kair) compute(ctx context.Context, c *store.Capture) (rep *KairReport, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			k.log.Error("KAIR analysis panicked", "job", signal.Clip(c.Job), "capture", c.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			rep, err = nil, fmt.Errorf("job %q, capture %s: %w: %v", signal.Clip(c.Job), c.ID, ErrInternal, p)
+		}
+	}()
+	traces, hbs, err := k.src.OpTraces(c.Job, c.ID)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// Only the ranks the capture lists (a trace stored by an upload that
+	// raced a cancel is not one).
+	traces = slices.DeleteFunc(traces, func(t optrace.Trace) bool { return !slices.Contains(c.Uploaded, t.Rank) })
+	slices.SortFunc(traces, func(a, b optrace.Trace) int { return cmp.Compare(a.Rank, b.Rank) })
+	if len(traces) < 2 {
+		return nil, fmt.Errorf("job %q, capture %s: %d stored traces: %w", signal.Clip(c.Job), c.ID, len(traces), ErrTooFewTraces)
+	}
+	hb := make(map[int][]kair.Heartbeat, len(hbs))
+	for r, xs := range hbs {
+		out := make([]kair.Heartbeat, len(xs))
+		for i, x := range xs {
+			out[i] = kair.Heartbeat{ClientSendNS: x.ClientSendNS, ServerRecvNS: x.ServerRecvNS, ServerSendNS: x.ServerSendNS, ClientRecvNS: x.ClientRecvNS}
+		}
+		hb[r] = out
+	}
+	rep, err = kair.Run(traces, hb, *k.cfg.Run)
+	if err != nil {
+		return nil, fmt.Errorf("job %q, capture %s: %w", signal.Clip(c.Job), c.ID, err)
+	}
+	return rep, nil
+}
+
+// KairTimeline is GET …/kair/timeline: one step's events per rank on the
+// aligned clock, for the per-rank lanes view.
+type KairTimeline struct {
+	Step      int64              `json:"step"`
+	Ranks     []KairTimelineRank `json:"ranks"`
+	Truncated bool               `json:"truncated"`
+}
+
+// KairTimelineRank is one rank's lane events; OffsetNS is the clock offset
+// applied (the report's estimate).
+type KairTimelineRank struct {
+	Rank     int                 `json:"rank"`
+	OffsetNS int64               `json:"offset_ns"`
+	Events   []KairTimelineEvent `json:"events"`
+}
+
+// KairTimelineEvent is one event; StartNS is relative to the step's earliest
+// aligned start over all ranks; Lane is "t<tid>" (host thread) or
+// "s<stream>" (device stream).
+type KairTimelineEvent struct {
+	Name    string           `json:"name"`
+	Cat     optrace.Category `json:"cat"`
+	Lane    string           `json:"lane"`
+	StartNS int64            `json:"start_ns"`
+	DurNS   int64            `json:"dur_ns"`
+}
+
+// MaxTimelineEvents bounds one rank's events in a timeline: the longest
+// are kept.
+const MaxTimelineEvents = 5000
+
+// Timeline returns step's events of capture id (or the newest capture
+// with uploads); step < 0 picks the report's first analysed step.
+func (k *Kair) Timeline(ctx context.Context, job, id string, step int64, nowNS int64) (*KairTimeline, error) {
+	c, err := k.pickCapture(job, id, nowNS)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := k.report(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if step < 0 {
+		switch {
+		case len(rep.Analysed) > 0:
+			step = rep.Analysed[0]
+		case len(rep.Steps) > 0:
+			step = rep.Steps[0].Step
+		default:
+			return nil, fmt.Errorf("job %q, capture %s: no step every rank recorded: %w", signal.Clip(job), c.ID, store.ErrNotFound)
+		}
+	}
+	traces, _, err := k.src.OpTraces(c.Job, c.ID)
+	if err != nil {
+		return nil, err
+	}
+	offsets := map[int]int64{}
+	for _, t := range traces {
+		offsets[t.Rank] = t.ClockOffsetNS
+	}
+	for _, e := range rep.Clock {
+		offsets[e.Rank] = e.OffsetNS
+	}
+	return buildTimeline(traces, c.Uploaded, offsets, step)
+}
+
+func buildTimeline(traces []optrace.Trace, ranks []int, offsets map[int]int64, step int64) (*KairTimeline, error) {
+	slices.SortFunc(traces, func(a, b optrace.Trace) int { return cmp.Compare(a.Rank, b.Rank) })
+	tl := &KairTimeline{Step: step, Ranks: []KairTimelineRank{}}
+	first := int64(0)
+	found := false
+	per := make([][]*optrace.Event, len(traces))
+	for i := range traces {
+		t := &traces[i]
+		if !slices.Contains(ranks, t.Rank) {
+			continue
+		}
+		for j := range t.Events {
+			e := &t.Events[j]
+			if e.Step != step {
+				continue
+			}
+			per[i] = append(per[i], e)
+			s := e.StartNS + offsets[t.Rank]
+			if !found || s < first {
+				first, found = s, true
+			}
+		}
+	}
+	if !found {
+		return nil, signal.FieldErrorf("step", "no rank recorded step %d in this capture", step)
+	}
+	for i := range traces {
+		t := &traces[i]
+		if !slices.Contains(ranks, t.Rank) {
+			continue
+		}
+		evs := per[i]
+		if len(evs) > MaxTimelineEvents {
+			// Keep the longest: a timeline is read for what took time.
+			slices.SortStableFunc(evs, func(a, b *optrace.Event) int { return cmp.Compare(b.DurNS, a.DurNS) })
+			evs = evs[:MaxTimelineEvents]
+			tl.Truncated = true
+		}
+		slices.SortStableFunc(evs, func(a, b *optrace.Event) int { return cmp.Compare(a.StartNS, b.StartNS) })
+		off := offsets[t.Rank]
+		tr := KairTimelineRank{Rank: t.Rank, OffsetNS: off, Events: make([]KairTimelineEvent, len(evs))}
+		for j, e := range evs {
+			lane := fmt.Sprintf("t%d", e.TID)
+			if e.Cat.OnDevice() || (e.Cat == optrace.Collective && e.Stream != 0) {
+				lane = fmt.Sprintf("s%d", e.Stream)
+			}
+			tr.Events[j] = KairTimelineEvent{Name: e.Name, Cat: e.Cat, Lane: lane, StartNS: e.StartNS + off - first, DurNS: e.DurNS}
+		}
+		tl.Ranks = append(tl.Ranks, tr)
+	}
+	return tl, nil
+}

@@ -1,0 +1,284 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/optrace"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/store"
+)
+
+func kairStore(t *testing.T, world int) *store.Store {
+	t.Helper()
+	st, err := store.Open(t.TempDir(), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.PutJob(&signal.Job{ID: "j", WorldSize: world, Schema: stagevec.DefaultSchema()}); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// stepTrace is rank's trace of steps [from, to]: per step, n CPU ops of
+// durNS back to back on one thread.
+func stepTrace(rank int, from, to int64, n int, durNS int64) *optrace.Trace {
+	tr := &optrace.Trace{Rank: rank}
+	t := int64(1_700_000_000_000_000_000)
+	for s := from; s <= to; s++ {
+		for i := range n {
+			tr.Events = append(tr.Events, optrace.Event{Name: "aten::mm", Cat: optrace.CPUOp, TID: 1, Device: -1, StartNS: t, DurNS: durNS, Step: s, Seq: -1})
+			t += durNS + int64(i%3)
+		}
+	}
+	return tr
+}
+
+const sec = int64(1e9)
+
+// The capture life cycle: pending → recording on the first poll →
+// complete once every asked rank uploaded; errors and the deadline close
+// it partial or expired; a cancelled one takes no upload.
+func TestKairLifecycle(t *testing.T) {
+	st := kairStore(t, 3)
+	k := NewKair(st, KairConfig{})
+	var states []store.CaptureState
+	k.OnState = func(c *store.Capture) { states = append(states, c.State) }
+	now := int64(1_800_000_000) * sec
+	c, err := k.Create("j", CaptureRequest{Reason: "test"}, CaptureHints{}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Ranks, []int{0, 1, 2}) || c.Steps != 5 || c.Every != 1 || c.State != store.CapturePending || c.DeadlineNS != now+900*sec {
+		t.Fatalf("capture %+v", c)
+	}
+	if _, err := k.Create("j", CaptureRequest{}, CaptureHints{Trigger: TriggerAuto}, now); !errors.Is(err, ErrCaptureOpen) {
+		t.Fatalf("second capture: %v", err)
+	}
+	p, err := k.Pending("j", 1, now+sec)
+	if err != nil || p == nil || p.ID != c.ID || p.State != store.CaptureRecording || !slices.Equal(p.Fetched, []int{1}) {
+		t.Fatalf("poll: %+v %v", p, err)
+	}
+	if p, _ := k.Pending("j", 1, now+2*sec); p == nil || !slices.Equal(p.Fetched, []int{1}) {
+		t.Fatalf("second poll: %+v", p)
+	}
+	if _, err := k.PutTrace("j", c.ID, stepTrace(1, 10, 11, 5, 1000), nil, now+3*sec); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := k.Pending("j", 1, now+4*sec); p != nil {
+		t.Fatalf("rank 1 uploaded, still polled: %+v", p)
+	}
+	if _, err := k.FailRank("j", c.ID, 2, "no torch.profiler", now+5*sec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := k.Capture("j", c.ID, now+6*sec)
+	if err != nil || got.State != store.CaptureRecording || got.Failed["2"] != "no torch.profiler" {
+		t.Fatalf("after a failure: %+v %v", got, err)
+	}
+	// Rank 0 never answers: the deadline closes the capture partial.
+	got, err = k.Capture("j", c.ID, c.DeadlineNS+1)
+	if err != nil || got.State != store.CapturePartial {
+		t.Fatalf("past the deadline: %+v %v", got, err)
+	}
+	// A late upload still counts.
+	got, err = k.PutTrace("j", c.ID, stepTrace(0, 10, 11, 5, 1000), nil, c.DeadlineNS+2)
+	if err != nil || got.State != store.CapturePartial || !slices.Equal(got.Uploaded, []int{0, 1}) {
+		t.Fatalf("late upload: %+v %v", got, err)
+	}
+	if !slices.Equal(states, []store.CaptureState{store.CapturePending, store.CaptureRecording, store.CapturePartial}) {
+		t.Errorf("states seen %v", states)
+	}
+	// The next capture: cancelled, then refused; expiry with no upload.
+	c2, err := k.Create("j", CaptureRequest{Ranks: []int{2, 0}, Steps: 2, Every: 3}, CaptureHints{}, now+sec)
+	if err != nil || !slices.Equal(c2.Ranks, []int{0, 2}) || c2.Steps != 2 || c2.Every != 3 {
+		t.Fatalf("second: %+v %v", c2, err)
+	}
+	if got, err := k.Cancel("j", c2.ID, now+2*sec); err != nil || got.State != store.CaptureCancelled {
+		t.Fatalf("cancel: %+v %v", got, err)
+	}
+	if _, err := k.PutTrace("j", c2.ID, stepTrace(0, 1, 1, 1, 1), nil, now+3*sec); !errors.Is(err, ErrCaptureClosed) {
+		t.Fatalf("upload to cancelled: %v", err)
+	}
+	if p, _ := k.Pending("j", 0, now+3*sec); p != nil {
+		t.Fatalf("cancelled capture polled: %+v", p)
+	}
+	c3, err := k.Create("j", CaptureRequest{Ranks: []int{1}}, CaptureHints{}, now+4*sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Settle("j", c3.DeadlineNS+1); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := k.Capture("j", c3.ID, c3.DeadlineNS+1); got.State != store.CaptureExpired {
+		t.Fatalf("expired: %+v", got)
+	}
+	list, err := k.Captures("j", c3.DeadlineNS+1)
+	if err != nil || len(list) != 3 || list[0].ID != c3.ID {
+		t.Fatalf("list: %d %v", len(list), err)
+	}
+}
+
+// A restarted server (a fresh adapter over the same store) finds the
+// open capture again.
+func TestKairOpenSurvivesRestart(t *testing.T) {
+	st := kairStore(t, 2)
+	now := int64(1_800_000_000) * sec
+	c, err := NewKair(st, KairConfig{}).Create("j", CaptureRequest{}, CaptureHints{}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := NewKair(st, KairConfig{})
+	if p, err := k.Pending("j", 1, now+sec); err != nil || p == nil || p.ID != c.ID {
+		t.Fatalf("poll after restart: %+v %v", p, err)
+	}
+	if _, err := k.Create("j", CaptureRequest{}, CaptureHints{}, now); !errors.Is(err, ErrCaptureOpen) {
+		t.Fatalf("create after restart: %v", err)
+	}
+}
+
+func TestKairCreateValidates(t *testing.T) {
+	st := kairStore(t, 4)
+	k := NewKair(st, KairConfig{})
+	neg := int64(-1)
+	for _, tc := range []struct {
+		req   CaptureRequest
+		field string
+	}{
+		{CaptureRequest{Steps: 65}, "steps"},
+		{CaptureRequest{Steps: -1}, "steps"},
+		{CaptureRequest{Every: -2}, "every"},
+		{CaptureRequest{Every: 1001}, "every"},
+		{CaptureRequest{Ranks: []int{4}}, "ranks"},
+		{CaptureRequest{Ranks: []int{1, 1}}, "ranks"},
+		{CaptureRequest{Ranks: []int{-1}}, "ranks"},
+		{CaptureRequest{StartStep: &neg}, "start_step"},
+	} {
+		if _, err := k.Create("j", tc.req, CaptureHints{}, 1); !isField(err, tc.field) {
+			t.Errorf("%+v: %v, want a %s error", tc.req, err, tc.field)
+		}
+	}
+	if _, err := k.Create("nope", CaptureRequest{}, CaptureHints{}, 1); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("unknown job: %v", err)
+	}
+	long := strings.Repeat("é", 400) // 800 bytes: clipped on a rune boundary
+	c, err := k.Create("j", CaptureRequest{Reason: long}, CaptureHints{}, 1)
+	if err != nil || len(c.Reason) != 512 || !strings.HasPrefix(long, c.Reason) {
+		t.Errorf("reason %d bytes, %v", len(c.Reason), err)
+	}
+}
+
+// A large job records its suspects and random peers; the start step
+// leads the newest stored step by 10 steps or 10 s of steps; the
+// deadline covers the lead, the recording and the upload slack.
+func TestKairDefaultsLargeJob(t *testing.T) {
+	st := kairStore(t, 1000)
+	vs := []stagevec.Vector{{Step: 500, Rank: 0, WallMS: 10, Durations: make([]float64, len(stagevec.DefaultSchema().Stages))}}
+	if err := st.Append("j", vs); err != nil {
+		t.Fatal(err)
+	}
+	k := NewKair(st, KairConfig{})
+	calls := 0
+	k.intn = func(n int) int { calls++; return n - 1 }
+	c, err := k.Create("j", CaptureRequest{}, CaptureHints{Suspects: []int{977, 3, 977, 5000}, StepNS: 100e6}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Ranks) != 16 || !slices.Contains(c.Ranks, 3) || !slices.Contains(c.Ranks, 977) || calls != 14 || !slices.IsSorted(c.Ranks) {
+		t.Errorf("ranks %v (%d random picks)", c.Ranks, calls)
+	}
+	// 10 s of 100 ms steps = 100 steps of lead.
+	if c.StartStep != 600 {
+		t.Errorf("start step %d, want 600", c.StartStep)
+	}
+	if want := (100+5)*int64(100e6) + 300*sec; c.DeadlineNS != want {
+		t.Errorf("deadline %d, want %d", c.DeadlineNS, want)
+	}
+}
+
+func TestKairReportAndTimeline(t *testing.T) {
+	st := kairStore(t, 4)
+	k := NewKair(st, KairConfig{})
+	ctx := context.Background()
+	if _, err := k.Report(ctx, "j", "", 1); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("no captures: %v", err)
+	}
+	c, err := k.Create("j", CaptureRequest{}, CaptureHints{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.PutTrace("j", c.ID, stepTrace(0, 1, 3, 40, 1000), nil, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Report(ctx, "j", "", 3); !errors.Is(err, ErrTooFewTraces) {
+		t.Fatalf("one trace: %v", err)
+	}
+	for r := 1; r < 4; r++ {
+		dur := int64(1000)
+		if r == 2 {
+			dur = 5000 // rank 2's operators run 5× longer
+		}
+		hb := []store.OpHeartbeat{{ClientSendNS: 10, ServerRecvNS: 20, ServerSendNS: 30, ClientRecvNS: 40}}
+		if _, err := k.PutTrace("j", c.ID, stepTrace(r, 1, 3, 40, dur), hb, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ans, err := k.Report(ctx, "j", "", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.Capture.State != store.CaptureComplete || !slices.Equal(ans.Report.Ranks, []int{0, 1, 2, 3}) {
+		t.Fatalf("answer %+v ranks %v", ans.Capture, ans.Report.Ranks)
+	}
+	again, err := k.Report(ctx, "j", c.ID, 4)
+	if err != nil || again.Report != ans.Report {
+		t.Errorf("second read not cached: %v", err)
+	}
+	tl, err := k.Timeline(ctx, "j", c.ID, 2, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.Step != 2 || len(tl.Ranks) != 4 || tl.Truncated {
+		t.Fatalf("timeline %+v", tl)
+	}
+	for _, r := range tl.Ranks {
+		if len(r.Events) != 40 || r.Events[0].Lane != "t1" || r.Events[0].Cat != optrace.CPUOp {
+			t.Errorf("rank %d: %d events, first %+v", r.Rank, len(r.Events), r.Events[0])
+		}
+	}
+	if _, err := k.Timeline(ctx, "j", c.ID, 9, 5); !isField(err, "step") {
+		t.Errorf("unknown step: %v", err)
+	}
+}
+
+// A timeline keeps each rank's MaxTimelineEvents longest events, in start
+// order, relative to the step's earliest aligned start.
+func TestBuildTimelineTruncates(t *testing.T) {
+	tr := optrace.Trace{Rank: 0}
+	for i := range MaxTimelineEvents + 10 {
+		tr.Events = append(tr.Events, optrace.Event{Name: "k", Cat: optrace.GPUKernel, Stream: 7, Device: 0, StartNS: int64(1000 + i*10), DurNS: int64(i), Step: 3, Seq: -1})
+	}
+	other := optrace.Trace{Rank: 1, Events: []optrace.Event{{Name: "x", Cat: optrace.CPUOp, TID: 2, Device: -1, StartNS: 900, DurNS: 5, Step: 3, Seq: -1}}}
+	tl, err := buildTimeline([]optrace.Trace{tr, other}, []int{0, 1}, map[int]int64{1: 50}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0 := tl.Ranks[0]
+	if !tl.Truncated || len(r0.Events) != MaxTimelineEvents || r0.Events[0].DurNS != 10 || r0.Events[0].Lane != "s7" {
+		t.Fatalf("truncated %v, %d events, first %+v", tl.Truncated, len(r0.Events), r0.Events[0])
+	}
+	// Rank 1's event at 900+50 is the earliest aligned start.
+	if got := tl.Ranks[1].Events[0]; got.StartNS != 0 || got.Lane != "t2" || tl.Ranks[1].OffsetNS != 50 {
+		t.Errorf("rank 1 %+v", tl.Ranks[1])
+	}
+	if r0.Events[0].StartNS != 1000+10*10-950 {
+		t.Errorf("rank 0 first start %d", r0.Events[0].StartNS)
+	}
+}

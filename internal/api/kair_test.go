@@ -1,0 +1,322 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/catalog"
+	"github.com/laggard-dev/laggard/internal/detect"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/optrace"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
+	"github.com/laggard-dev/laggard/internal/store"
+	"github.com/laggard-dev/laggard/internal/wire/laggardv1"
+)
+
+func TestParseClock(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		n     int
+		field string
+	}{
+		{"", 0, ""},
+		{"[]", 0, ""},
+		{"[[10,20,30,40]]", 1, ""},
+		{"[[10,20,30,40], [50,60,60,70]]", 2, ""},
+		{"[[10,20,30]]", 0, HeaderClock + "[0]"},
+		{"[[10,20,30,40],[40,30,20,10]]", 0, HeaderClock + "[1]"},
+		{"[[0,20,30,40]]", 0, HeaderClock + "[0]"},
+		{"[[10,20,30,1e30]]", 0, HeaderClock},
+		{"{}", 0, HeaderClock},
+		{"[" + strings.Repeat("[1,2,3,4],", MaxClockSamples) + "[1,2,3,4]]", 0, HeaderClock},
+	} {
+		var vals []string
+		if tc.in != "" {
+			vals = []string{tc.in}
+		}
+		hb, err := parseClock(vals)
+		var fe *signal.FieldError
+		switch {
+		case tc.field == "" && (err != nil || len(hb) != tc.n):
+			t.Errorf("%q: %d samples, %v", tc.in, len(hb), err)
+		case tc.field != "" && (!errorsAs(err, &fe) || fe.Field != tc.field):
+			t.Errorf("%q: %v, want a %s error", tc.in, err, tc.field)
+		}
+	}
+	hb, _ := parseClock([]string{"[[10,20,30,40]]"})
+	if hb[0] != (store.OpHeartbeat{ClientSendNS: 10, ServerRecvNS: 20, ServerSendNS: 30, ClientRecvNS: 40}) {
+		t.Errorf("sample %+v", hb[0])
+	}
+}
+
+func errorsAs(err error, fe **signal.FieldError) bool {
+	if err == nil {
+		return false
+	}
+	f, ok := err.(*signal.FieldError)
+	*fe = f
+	return ok
+}
+
+// X-Laggard-Clock is outside input: whatever it holds, parseClock either
+// names the header in a FieldError or returns ordered, bounded samples.
+func FuzzParseClock(f *testing.F) {
+	for _, s := range []string{"[[10,20,30,40]]", "[[1,2,3]]", "[]", "[[-1,2,3,4]]", `[["a"]]`, "[[9223372036854775807,1,1,1]]"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		hb, err := parseClock([]string{s})
+		if err != nil {
+			var fe *signal.FieldError
+			if !errorsAs(err, &fe) || !strings.HasPrefix(fe.Field, HeaderClock) {
+				t.Fatalf("error %v does not name the header", err)
+			}
+			return
+		}
+		if len(hb) > MaxClockSamples {
+			t.Fatalf("%d samples", len(hb))
+		}
+		for _, h := range hb {
+			if h.ClientRecvNS < h.ClientSendNS || h.ServerSendNS < h.ServerRecvNS || h.ClientSendNS <= 0 {
+				t.Fatalf("accepted %+v", h)
+			}
+		}
+	})
+}
+
+type kairAPI struct {
+	base string
+	st   *store.Store
+	k    *detect.Kair
+}
+
+func kairServer(t testing.TB, d Deps) *kairAPI {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(t.TempDir(), store.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutJob(&signal.Job{ID: "kj", Name: "kj", WorldSize: 4, Schema: stagevec.DefaultSchema(), Accumulation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := detect.NewKair(detect.KairConfig{Off: true, Interval: -1}, catalog.New(st), analysis.NewKair(st, analysis.KairConfig{}), prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Catalog, d.Reader, d.Log, d.Kair = catalog.New(st), st, quiet, k
+	mux := http.NewServeMux()
+	New(d).Register(mux)
+	ts := httptest.NewServer(mux)
+	t.Cleanup(func() { ts.Close(); st.Close() })
+	return &kairAPI{base: ts.URL + "/api/v1/jobs/kj/", st: st, k: k}
+}
+
+func TestCreateCaptureBody(t *testing.T) {
+	s := kairServer(t, Deps{})
+	for _, tc := range []struct {
+		body   string
+		status int
+		field  string
+	}{
+		{`{"rankz":[1]}`, 400, "rankz"},
+		{`{"steps":"five"}`, 400, "steps"},
+		{`{"steps":`, 400, "body"},
+		{`{"steps":99}`, 400, "steps"},
+		{`{"ranks":[7]}`, 400, "ranks"},
+		{`{"ranks":[1,3],"steps":2,"every":4,"start_step":1000,"reason":"by hand"}`, 201, ""},
+		{`{}`, 409, ""},
+	} {
+		a := send(t, "POST", s.base+"captures", "application/json", []byte(tc.body))
+		if a.status != tc.status || obj(a)["field"] != nilIfEmpty(tc.field) {
+			t.Errorf("%s: %d %s, want %d field %q", tc.body, a.status, a.raw, tc.status, tc.field)
+		}
+		if a.status == 201 && (obj(a)["start_step"] != 1000.0 || obj(a)["every"] != 4.0 || obj(a)["reason"] != "by hand") {
+			t.Errorf("created %s", a.raw)
+		}
+	}
+	// Without the controller the routes are 404.
+	mux := http.NewServeMux()
+	New(Deps{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(mux)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/api/v1/jobs/kj/captures", nil))
+	if rec.Code != 404 || !strings.Contains(rec.Body.String(), "not enabled") {
+		t.Errorf("no controller: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// obj decodes an answer's JSON object.
+func obj(a answer) map[string]any {
+	var m map[string]any
+	_ = json.Unmarshal(a.raw, &m)
+	return m
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// A chunked body (no length to refuse up front) over the byte limit is
+// 413 and stores nothing; a compact OpTrace upload stores; a legacy
+// trace with relative ts is put on the epoch clock by
+// X-Laggard-Trace-Base-NS.
+func TestUploadTraceLimitsAndFormats(t *testing.T) {
+	s := kairServer(t, Deps{MaxTraceBytes: 4 << 10})
+	a := send(t, "POST", s.base+"captures", "application/json", []byte(`{"ranks":[0,1,2]}`))
+	if a.status != 201 {
+		t.Fatalf("create: %d %s", a.status, a.raw)
+	}
+	id := obj(a)["id"].(string)
+	up := s.base + "captures/" + id + "/traces?rank="
+	big := io.MultiReader(strings.NewReader(`{"traceEvents":[`), strings.NewReader(strings.Repeat(`{"ph":"X","name":"a","ts":1,"dur":1,"pid":1,"tid":1},`, 200)), strings.NewReader(`{"ph":"X","name":"a","ts":1,"dur":1}]}`))
+	if a := sendReader(t, "POST", up+"0", "application/json", big); a.status != 413 {
+		t.Fatalf("chunked over the limit: %d %s", a.status, a.raw)
+	}
+	tr := &optrace.Trace{Rank: 1, Events: []optrace.Event{{Name: "aten::mm", Cat: optrace.CPUOp, TID: 1, Device: -1, StartNS: 5, DurNS: 3, Step: 2, Seq: -1}}}
+	b, err := laggardv1.EncodeOpTrace(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := send(t, "POST", up+"2", "application/x-protobuf", b); a.status != 400 || obj(a)["field"] != "rank" {
+		t.Fatalf("protobuf of another rank: %d %s", a.status, a.raw)
+	}
+	if a := send(t, "POST", up+"1", "application/x-protobuf", b); a.status != 201 || obj(a)["events"] != 1.0 || obj(a)["steps"] != 1.0 {
+		t.Fatalf("protobuf: %d %s", a.status, a.raw)
+	}
+	// The legacy autograd profiler's bare array: ts relative, no base.
+	legacy := `[{"name":"ProfilerStep#7","ph":"X","ts":10,"dur":100,"pid":1,"tid":1},{"name":"aten::add","ph":"X","ts":20.5,"dur":3,"pid":1,"tid":1}]`
+	req, _ := http.NewRequest("POST", up+"2", strings.NewReader(legacy))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderTraceBase, "1700000000000000000")
+	req.Header.Set(HeaderClock, "[[1700000000000000100,1700000000000000200,1700000000000000300,1700000000000000400]]")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 201 {
+		t.Fatalf("legacy: %d %s", res.StatusCode, raw)
+	}
+	traces, hb, err := s.st.OpTraces("kj", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(traces) != 2 || traces[0].Rank != 1 || traces[1].Rank != 2 {
+		t.Fatalf("stored %d traces", len(traces))
+	}
+	var starts []int64
+	for _, e := range traces[1].Events {
+		starts = append(starts, e.StartNS)
+	}
+	if fmt.Sprint(starts) != "[1700000000000010000 1700000000000020500]" || len(hb[2]) != 1 || hb[2][0].ServerRecvNS != 1700000000000000200 {
+		t.Errorf("legacy starts %v, clock %v", starts, hb[2])
+	}
+	var c store.Capture
+	g := send(t, "GET", s.base+"captures/"+id, "", nil)
+	if err := json.Unmarshal(g.raw, &c); err != nil || fmt.Sprint(c.Uploaded) != "[1 2]" || c.State != store.CaptureRecording {
+		t.Errorf("capture %s", g.raw)
+	}
+}
+
+// kinetoJSON is a Kineto-shaped trace of n CPU ops over steps of 1,000
+// ops each, rank 0.
+func kinetoJSON(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"schemaVersion":1,"distributedInfo":{"rank":0,"world_size":4},"traceEvents":[`)
+	ts := 1000.0
+	for i := range n {
+		if i%1000 == 0 {
+			fmt.Fprintf(&b, `{"ph":"X","cat":"user_annotation","name":"ProfilerStep#%d","pid":1,"tid":1,"ts":%.3f,"dur":%.3f,"args":{"External id":%d}},`, i/1000, ts, 1000*2.5, i)
+		}
+		fmt.Fprintf(&b, `{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":%.3f,"dur":2.000,"args":{"External id":%d,"Sequence number":%d}},`, ts+0.1, i+1, i)
+		ts += 2.5
+	}
+	b.WriteString(`{"ph":"i","name":"end","pid":1,"tid":1,"ts":1}],"baseTimeNanoseconds":1700000000000000000}`)
+	return []byte(b.String())
+}
+
+// BenchmarkUploadTrace posts one rank's Kineto trace through the
+// handler: decode, copy, encode and store (MB/s of JSON).
+func BenchmarkUploadTrace(b *testing.B) {
+	s := kairServer(b, Deps{})
+	body := kinetoJSON(200_000)
+	a := sendB(b, "POST", s.base+"captures", []byte(`{"ranks":[0,1]}`))
+	var c store.Capture
+	if err := json.Unmarshal(a, &c); err != nil {
+		b.Fatal(err, string(a))
+	}
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		req, _ := http.NewRequest("POST", s.base+"captures/"+c.ID+"/traces?rank=0", strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 201 {
+			b.Fatalf("%d %s", res.StatusCode, raw)
+		}
+	}
+}
+
+func sendB(b *testing.B, method, url string, body []byte) []byte {
+	req, _ := http.NewRequest(method, url, strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	return raw
+}
+
+// An upload body is outside input: whatever it holds, decoding either
+// fails with a 4xx error (a FieldError or ErrTooLarge) or yields rank's
+// trace of valid events on the epoch clock.
+func FuzzDecodeKinetoUpload(f *testing.F) {
+	f.Add([]byte(`{"distributedInfo":{"rank":1},"traceEvents":[{"ph":"X","cat":"cpu_op","name":"a","ts":1.5,"dur":2,"pid":1,"tid":1}],"baseTimeNanoseconds":1700000000000000000}`), int64(0))
+	f.Add([]byte(`[{"name":"ProfilerStep#3","ph":"X","ts":10,"dur":100,"pid":1,"tid":1}]`), int64(1_700_000_000_000_000_000))
+	f.Add([]byte(`{"traceEvents":[{"ph":"X","name":"a","ts":9e15,"dur":1}]}`), int64(9_000_000_000_000_000_000))
+	f.Add([]byte{0x1f, 0x8b, 0, 0}, int64(0))
+	f.Add(kinetoJSON(30), int64(0))
+	a := New(Deps{MaxTraceBytes: 1 << 20, MaxTraceEvents: 50})
+	a.d.MaxTraceBytes, a.d.MaxTraceEvents = 1<<20, 50
+	f.Fuzz(func(t *testing.T, body []byte, base int64) {
+		if base < 0 || base > optrace.MaxAbsNS {
+			return // the handler refuses such a header before decoding
+		}
+		tr, err := a.decodeKineto(bytes.NewReader(body), 1, base)
+		if err != nil {
+			if statusOf(err) >= 500 {
+				t.Fatalf("%v answers %d", err, statusOf(err))
+			}
+			return
+		}
+		if tr.Rank != 1 || len(tr.Events) == 0 || len(tr.Events) > 50 {
+			t.Fatalf("rank %d, %d events", tr.Rank, len(tr.Events))
+		}
+		for i := range tr.Events {
+			if err := tr.Events[i].Validate(); err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
+		}
+	})
+}

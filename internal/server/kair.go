@@ -1,0 +1,44 @@
+package server
+
+import (
+	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/api"
+	"github.com/laggard-dev/laggard/internal/detect"
+)
+
+// startKair wires KAIR's triggered capture (issue 9): the adapter over
+// the store's capture and trace keyspaces and the controller that gives
+// it the clock, fires the auto trigger and expires captures. Without
+// those keyspaces (a test store) the KAIR routes answer 404.
+func (s *Server) startKair(cfg *Config, st Store, jobs detect.Jobs) error {
+	src, ok := st.(analysis.KairSource)
+	if !ok {
+		return nil
+	}
+	ka := analysis.NewKair(src, analysis.KairConfig{Steps: cfg.Kair.Steps})
+	ka.SetLogger(s.log)
+	var err error
+	s.kair, err = detect.NewKair(cfg.Kair, jobs, ka, s.reg, s.log)
+	return err
+}
+
+// kairAPI is the API's view of the controller (nil interface when off).
+func (s *Server) kairAPI() api.Kair {
+	if s.kair == nil {
+		return nil
+	}
+	return s.kair
+}
+
+// detectReporter is the StageFrontier evaluation's Reporter: the
+// analyzer, watched by KAIR's auto trigger when it is on.
+func (s *Server) detectReporter() detect.Reporter {
+	if s.kair == nil {
+		return s.analyzer
+	}
+	return s.kair.Observe(s.analyzer)
+}
+
+// Kair returns the KAIR capture controller (nil when the store has no
+// capture keyspace).
+func (s *Server) Kair() *detect.Kair { return s.kair }
