@@ -267,14 +267,18 @@ func kairCauses(p *printer, r *kair.TraceReport) {
 		var what string
 		switch c.Kind {
 		case kair.KindEdge:
-			what = fmt.Sprintf("edge: rank %d %s → rank %d %s (transfer or synchronization)", c.FromRank, clipText(c.From, 60), c.Rank, clipText(c.Name, 60))
+			why := "transfer or synchronization"
+			if c.FromRank == c.Rank {
+				why = "a gap on the rank: a wait or un-profiled host work"
+			}
+			what = fmt.Sprintf("edge: rank %d %s → rank %d %s (%s)", c.FromRank, clipText(c.From, 60), c.Rank, clipText(c.Name, 60), why)
 		case kair.KindOp:
 			what = fmt.Sprintf("op: rank %d %s (abnormal execution time)", c.Rank, clipText(c.Name, 60))
 		default:
 			what = fmt.Sprintf("%s: rank %d %s", orText(string(c.Kind), "?"), c.Rank, clipText(c.Name, 60))
 		}
 		p.f("%s\n", indented(2, fmt.Sprintf("%d. %s", i+1, what), "     "))
-		p.f("     in %d/%d analysed step(s) (first: step %d) · %d symptom(s) · top a = %s\n", c.Steps, n, c.Step, c.Symptoms, num(c.Score))
+		p.f("     in %d/%d analysed step(s) (first: step %d) · %s over peers · %d symptom(s) · top a = %s\n", c.Steps, n, c.Step, nsText(c.ExcessNS), c.Symptoms, num(c.Score))
 		if len(c.Explains) > 0 {
 			ex := c.Explains
 			more := ""

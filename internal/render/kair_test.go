@@ -38,7 +38,7 @@ func kairFixture() *kair.TraceReport {
 			{Rank: 2, Name: "ncclKernel_AllReduce", Cat: optrace.Collective, Occurrence: 0, StartNS: 5_900_000, DurNS: 300_000, WaitNS: 0, ZStart: 40.1, A: 40.1, AClassic: 1.7, ARobust: 40.1},
 		},
 		Causes: []kair.Cause{
-			{RootCause: kair.RootCause{Kind: kair.KindOp, Rank: 2, Name: "sgemm_bwd", FromRank: -1, Step: 10, Symptoms: 7, Score: 57.2,
+			{RootCause: kair.RootCause{Kind: kair.KindOp, Rank: 2, Name: "sgemm_bwd", FromRank: -1, Step: 10, Symptoms: 7, Score: 57.2, ExcessNS: 8_200_000,
 				Explains: []string{"step 10: rank 2 sgemm_bwd#1", "step 10: rank 2 sgemm_bwd#2", "step 10: rank 2 ncclKernel_AllReduce#0", "step 11: rank 2 sgemm_bwd#1", "step 11: rank 2 sgemm_bwd#2"},
 				Evidence: []string{"rank 2 ncclKernel_AllReduce#0 start +5900000ns (z 40.1) dur 300000ns (z 0.0)", "rank 2 sgemm_bwd#2 start +4300000ns (z 30.0) dur 800000ns (z 0.1)", "rank 2 sgemm_bwd#1 start +1500000ns (z 0.4) dur 2400000ns (z 57.2)", "abnormal execution time: culprit (rule 1)"}},
 				Steps: 2},
@@ -66,11 +66,11 @@ func TestTraceReportText(t *testing.T) {
 		"Stage 2 · operator outliers within straggler rank 2 (a = max |z start|, |z dur| > 3): 2",
 		"sgemm_bwd#1", "+1.5 ms", "2.4 ms", "1.7 / 57.2",
 		"1. op: rank 2 sgemm_bwd (abnormal execution time)",
-		"in 2/2 analysed step(s) (first: step 10) · 7 symptom(s) · top a = 57.2",
+		"in 2/2 analysed step(s) (first: step 10) · 8.2 ms over peers · 7 symptom(s) · top a = 57.2",
 		"explains: step 10: rank 2 sgemm_bwd#1, step 10: rank 2 sgemm_bwd#2,", "step 11: rank 2 sgemm_bwd#1, … (+3)",
 		"· rank 2 ncclKernel_AllReduce#0 start +5900000ns",
 		"← abnormal execution time: culprit (rule 1)",
-		"2. edge: rank 1 aten::bwd_b → rank 1 nccl:all_reduce (transfer or synchronization)",
+		"2. edge: rank 1 aten::bwd_b → rank 1 nccl:all_reduce (a gap on the rank",
 		"config: align collectives · 256 windows · α 0.01 · separation 1.5 · z>3 robust=true loo=true · max 16 steps",
 	} {
 		if !strings.Contains(out, want) {

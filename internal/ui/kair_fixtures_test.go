@@ -378,7 +378,7 @@ func kfInts(a, b int) []int {
 
 // Evidence chains as internal/engine/kair's blame walk writes them.
 func kfOpCause(step int64, victim int) kair.RootCause {
-	return kair.RootCause{Kind: kair.KindOp, Rank: 2, Name: "aten::index_select", FromRank: -1, Step: step, Symptoms: 4, Score: 14.2,
+	return kair.RootCause{Kind: kair.KindOp, Rank: 2, Name: "aten::index_select", FromRank: -1, Step: step, Symptoms: 4, Score: 14.2, ExcessNS: 17_900_000,
 		Explains: []string{"rank 2 nccl:all_reduce#0", fmt.Sprintf("rank %d nccl:all_reduce#0", victim), "rank 2 aten::index_select#3", "rank 2 cudaStreamSynchronize#1"},
 		Evidence: []string{
 			fmt.Sprintf("rank %d nccl:all_reduce#0 start +41200000ns (z 0.2) dur 1200000ns (z 0.1) wait 17900000ns", victim),

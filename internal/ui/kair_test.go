@@ -357,6 +357,9 @@ func TestBrowserKair(t *testing.T) {
 			!strings.HasSuffix(c241, "rule: predecessor has abnormal execution time: blame propagates to it (rule 2a)") {
 			t.Errorf("step 241 chain %q", c241)
 		}
+		if got := p.text(`#kair tr.kr-cause .kr-excess`); got != "17.9 ms" {
+			t.Errorf("cause excess %q, want 17.9 ms", got)
+		}
 		if got := p.text(`#kair tr.kr-cause .kr-cause-name`); !strings.Contains(got, "r2 aten::index_select") || !strings.Contains(got, "straggler") {
 			t.Errorf("cause %q", got)
 		}

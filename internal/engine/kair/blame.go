@@ -33,7 +33,39 @@ func Analyze(traces []optrace.Trace, step int64, cfg Config) (*Report, error) {
 		rep.Outliers = append(rep.Outliers, d.instance(k))
 	}
 	rep.RootCauses = d.blame(flagged, cfg)
+	rep.SpanNS, rep.CommNS = d.spanAndComm()
 	return rep, nil
+}
+
+// spanAndComm is Report.SpanNS and Report.CommNS.
+func (d *dag) spanAndComm() (span, comm int64) {
+	ends := map[int]int64{}
+	var work [][]int64
+	for k := range d.nodes {
+		nd := &d.nodes[k]
+		ends[nd.rank] = max(ends[nd.rank], nd.end)
+		if nd.coll >= 0 {
+			for len(work) <= int(nd.coll) {
+				work = append(work, nil)
+			}
+			work[nd.coll] = append(work[nd.coll], nd.dur)
+		}
+	}
+	spans := make([]int64, 0, len(ends))
+	for _, e := range ends {
+		spans = append(spans, e)
+	}
+	slices.Sort(spans)
+	if len(spans) > 0 {
+		span = medianInt(spans)
+	}
+	for _, w := range work {
+		if len(w) >= 2 {
+			slices.Sort(w)
+			comm = max(comm, medianInt(w))
+		}
+	}
+	return span, comm
 }
 
 // cmpNodes orders by a_i (highest first), then rank, name, occurrence.

@@ -87,6 +87,13 @@ type Report struct {
 	// first (ties: rank, name, occurrence).
 	Outliers   []Instance  `json:"outliers"`
 	RootCauses []RootCause `json:"root_causes"`
+	// SpanNS is the median over ranks of the step's span (first start to
+	// last end, rank clock). CommNS is the longest joined collective's
+	// work after its last member arrived (median over members): time every
+	// rank spends alike, which cross-rank comparison cannot attribute — a
+	// slow link or congestion shows up here, not as an outlier.
+	SpanNS int64 `json:"span_ns"`
+	CommNS int64 `json:"comm_ns"`
 }
 
 // OutliersOf is the ranked outlier list within one rank (the straggler

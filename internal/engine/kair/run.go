@@ -485,6 +485,27 @@ func stragglerOutliers(reps []*Report, rank int) []Instance {
 	return out[:min(len(out), maxStragglerOutliers)]
 }
 
+// medianStepSpan / medianComm are the medians over analysed steps of
+// Report.SpanNS / Report.CommNS.
+func medianStepSpan(reps []*Report) int64 {
+	return medianOf(reps, func(r *Report) int64 { return r.SpanNS })
+}
+func medianComm(reps []*Report) int64 {
+	return medianOf(reps, func(r *Report) int64 { return r.CommNS })
+}
+
+func medianOf(reps []*Report, f func(*Report) int64) int64 {
+	xs := make([]int64, 0, len(reps))
+	for _, r := range reps {
+		xs = append(xs, f(r))
+	}
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	return medianInt(xs)
+}
+
 // culpritSeparation: the top cause is named only if it cost at least this
 // many times the runner-up's excess time — the same guard Stage 1 applies
 // to scores (RhythmConfig.Separation): busy hosts stall some op on some
@@ -579,6 +600,16 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 			}
 			parts = append(parts, fmt.Sprintf("Inconclusive: every blame walk stopped at an operator it could not judge%s.", why))
 		}
+	}
+	if v == VerdictCulprit {
+		if sp := medianStepSpan(rep.StepReports); sp > 0 {
+			parts = append(parts, fmt.Sprintf("That is %s per step, %.0f%% of the median step (%s).",
+				fmtNS(top.ExcessNS/int64(max(1, top.Steps))), 100*float64(top.ExcessNS)/float64(max(1, top.Steps))/float64(sp), fmtNS(sp)))
+		}
+	}
+	if sp, cm := medianStepSpan(rep.StepReports), medianComm(rep.StepReports); sp > 0 && 4*cm >= sp {
+		parts = append(parts, fmt.Sprintf("Every rank also spends %s per step (%.0f%% of the step) in one collective after its last member arrived — time spent alike on all ranks, which cross-rank comparison cannot attribute; if it is longer than the data volume warrants, suspect the network (a slow link or congestion: Greyhound's link validation, Vedrfolnir).",
+			fmtNS(cm), 100*float64(cm)/float64(sp)))
 	}
 	rh := rep.Rhythm
 	switch {

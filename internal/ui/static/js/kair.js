@@ -635,12 +635,12 @@ function blameCard(r, step, rh) {
     body.push(el('p', { class: 'muted kr-no-causes', 'data-step': step }, `In ${stepName(step)} no operator instance is an outlier, so there is nothing to blame.`));
   } else {
     body.push(el('table', { class: 't kr-causes', 'data-step': step },
-      el('thead', {}, el('tr', {}, el('th', {}, '#'), el('th', {}, 'kind'), el('th', {}, 'root cause'), el('th', { class: 'num' }, 'symptoms'), el('th', { class: 'num' }, 'score'))),
+      el('thead', {}, el('tr', {}, el('th', {}, '#'), el('th', {}, 'kind'), el('th', {}, 'root cause'), el('th', { class: 'num', title: 'time over the peers’ median for the same operator instance' }, 'excess'), el('th', { class: 'num' }, 'symptoms'), el('th', { class: 'num' }, 'score'))),
       el('tbody', {}, causes.map((c, i) => el('tr', { class: 'kr-cause', 'data-kind': c.kind, 'data-rank': c.rank },
         el('td', { class: 'num' }, String(i + 1)),
         el('td', {}, el('span', { class: 'badge kr-kind kind-' + c.kind }, KIND[c.kind] || c.kind)),
         el('td', { class: 'mono kr-cause-name' }, causeText(c), c.rank === st ? el('span', { class: 'badge leader' }, 'straggler') : null),
-        el('td', { class: 'num' }, fmtInt(c.symptoms)), el('td', { class: 'num' }, fmtNum(c.score, 1)))))));
+        el('td', { class: 'num kr-excess' }, fmtNS(c.excess_ns || 0)), el('td', { class: 'num' }, fmtInt(c.symptoms)), el('td', { class: 'num' }, fmtNum(c.score, 1)))))));
     body.push(el('div', { class: 'kr-chains' }, causes.map((c, i) => chainView(c, i))));
   }
   if (outl.length) {
@@ -654,15 +654,16 @@ function blameCard(r, step, rh) {
   if (all.length) {
     body.push(el('h3', {}, `Across the ${fmtInt(an.length)} analysed steps`),
       el('table', { class: 't kr-all-causes' },
-        el('thead', {}, el('tr', {}, el('th', {}, 'kind'), el('th', {}, 'root cause'), el('th', { class: 'num' }, 'steps'), el('th', { class: 'num' }, 'first step'), el('th', { class: 'num' }, 'score'))),
+        el('thead', {}, el('tr', {}, el('th', {}, 'kind'), el('th', {}, 'root cause'), el('th', { class: 'num', title: 'time over the peers, summed over the analysed steps' }, 'excess'), el('th', { class: 'num' }, 'steps'), el('th', { class: 'num' }, 'first step'), el('th', { class: 'num' }, 'score'))),
         el('tbody', {}, all.map((c) => el('tr', { class: 'kr-agg-cause', 'data-rank': c.rank },
-          el('td', {}, KIND[c.kind] || c.kind), el('td', { class: 'mono' }, causeText(c)),
+          el('td', {}, KIND[c.kind] || c.kind), el('td', { class: 'mono' }, causeText(c)), el('td', { class: 'num' }, fmtNS(c.excess_ns || 0)),
           el('td', { class: 'num' }, `${fmtInt(c.steps)} / ${fmtInt(an.length)}`), el('td', { class: 'num' }, fmtInt(c.step)), el('td', { class: 'num' }, fmtNum(c.score, 1)))))));
   }
   return card('Blame chain', 'Stage 3: from each flagged operator back along the step’s dependencies to what made it late (§III-B) · pick an analysed step', body);
 }
 
 function causeText(c) {
+  if (c.kind === 'edge' && c.from === '(step start)') return `r${c.rank} gap before ${c.name} (since the step start)`;
   if (c.kind === 'edge') return `r${c.from_rank} ${c.from || '?'} → r${c.rank} ${c.name}`;
   return `r${c.rank} ${c.name}`;
 }
