@@ -142,6 +142,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		printVerdict(stdout, res, *fault, *rank, *delay)
 		printGreyhound(stdout, res, *rank)
+		printKair(stdout, res, *rank)
 	}
 	// The SysOM-AI act: a second job, profiled by an in-process node agent.
 	sres, serr := demoSysom(ctx, *sysomMode, demo.SysomOptions{
@@ -251,6 +252,35 @@ func faultNames() []string {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// printKair is the KAIR block: the operator traces the server asked the
+// ranks to record once a cheap signal fired, localized and blamed.
+func printKair(w io.Writer, res *demo.Result, rank int) {
+	fmt.Fprintf(w, "\n── KAIR (from operator traces the server asked for) ───────────\n")
+	if res.Kair == nil || res.Kair.Report == nil {
+		why := res.KairErr
+		if why == "" {
+			why = "no capture was triggered"
+		}
+		fmt.Fprintf(w, "  no KAIR report: %s\n", why)
+		return
+	}
+	if c := res.Kair.Capture; c != nil {
+		fmt.Fprintf(w, "capture %s (%s: %s) · steps from %d · ranks uploaded %v of %v\n", c.ID, c.Trigger, c.Reason, c.StartStep, c.Uploaded, c.Ranks)
+	}
+	r := res.Kair.Report
+	if err := render.KAIRBrief(w, r); err != nil {
+		return
+	}
+	switch {
+	case r.Verdict == analysis.KairVerdictCulprit && len(r.Causes) > 0 && r.Causes[0].Rank == rank:
+		fmt.Fprintf(w, "  ✔ KAIR blames rank %d (injected on %d): %s\n", rank, rank, r.Causes[0].Name)
+	case r.Verdict == analysis.KairVerdictCulprit && len(r.Causes) > 0:
+		fmt.Fprintf(w, "  ✘ KAIR blames rank %d (injected on %d)\n", r.Causes[0].Rank, rank)
+	default:
+		fmt.Fprintf(w, "  – KAIR names no culprit (%s; injected on %d)\n", r.Verdict, rank)
+	}
 }
 
 // printGreyhound is the Greyhound block beside StageFrontier's headline:

@@ -192,9 +192,6 @@ type traceLoad struct {
 	progress  bool
 }
 
-// errTooManyEvents stops a decode at the -max-events bound.
-var errTooManyEvents = errors.New("too many events")
-
 // loadTraces decodes each file (streaming: kineto.Decode reads a file
 // once, holding only the events) into one rank's trace, sorted by rank.
 // The rank is distributedInfo's, else the file name's; each rank once.
@@ -304,18 +301,18 @@ func loadTrace(ctx context.Context, path string, opt traceLoad, stderr io.Writer
 		pr.last = pr.start
 		r = pr
 	}
-	var events []optrace.Event
-	meta, err := kineto.Decode(r, kineto.Options{}, func(e *optrace.Event) error {
-		if len(events) >= opt.maxEvents {
-			return errTooManyEvents
-		}
-		events = append(events, *e)
-		return nil
-	})
+	// Newer Kineto writes relative ts and baseTimeNanoseconds after the
+	// events: ReadTrace applies it, as the server does, so ranks share the
+	// epoch time base before clock alignment (KAIR Feature 4).
+	t, meta, err := kineto.ReadTrace(r, kineto.ReadOptions{MaxEvents: opt.maxEvents})
 	if pr != nil {
-		pr.done(len(events), err)
+		n := 0
+		if t != nil {
+			n = len(t.Events)
+		}
+		pr.done(n, err)
 	}
-	if errors.Is(err, errTooManyEvents) {
+	if errors.Is(err, kineto.ErrTooManyEvents) {
 		return optrace.Trace{}, fmt.Errorf("%s: more than %d events: raise -max-events (each costs a few hundred bytes of memory) or capture fewer steps", path, opt.maxEvents)
 	}
 	if err != nil {
@@ -332,22 +329,11 @@ func loadTrace(ctx context.Context, path string, opt traceLoad, stderr io.Writer
 	case rank < 0:
 		return optrace.Trace{}, argErrorf("%s: no rank: the trace has no distributedInfo.rank and the file name none (name it rank<N>.json, rank-N or rank_N)", path)
 	}
-	if len(events) == 0 {
+	if len(t.Events) == 0 {
 		return optrace.Trace{}, fmt.Errorf("%s: no operator or kernel events (%d trace elements read)", path, meta.Elements)
 	}
-	// Newer Kineto writes relative ts and baseTimeNanoseconds after the
-	// events (kineto.Meta): apply it now, as the server does, so ranks
-	// share the epoch time base before clock alignment (KAIR Feature 4).
-	if meta.HasBaseTime && meta.BaseTimeNS != 0 {
-		for i := range events {
-			s := events[i].StartNS + meta.BaseTimeNS
-			if s < -optrace.MaxAbsNS || s > optrace.MaxAbsNS || (meta.BaseTimeNS > 0) != (s > events[i].StartNS) {
-				return optrace.Trace{}, fmt.Errorf("%s: baseTimeNanoseconds %d puts event %d (%s) out of range", path, meta.BaseTimeNS, i, events[i].Name)
-			}
-			events[i].StartNS = s
-		}
-	}
-	return optrace.Trace{Rank: rank, Events: events}, nil
+	t.Rank = rank
+	return *t, nil
 }
 
 func isTerminalWriter(w io.Writer) bool {

@@ -39,6 +39,13 @@ type (
 	KairClockMethod = kair.ClockMethod
 )
 
+// KAIR verdicts (kair.TraceVerdict), for callers above analysis.
+const (
+	KairVerdictCulprit      = kair.VerdictCulprit
+	KairVerdictNone         = kair.VerdictNone
+	KairVerdictInconclusive = kair.VerdictInconclusive
+)
+
 // Clock methods (kair.ClockMethod), for callers that pick one.
 const (
 	KairClockNone        = kair.ClockNone
@@ -86,6 +93,7 @@ type KairSource interface {
 	Captures(job string) ([]*store.Capture, error)
 	PutOpTrace(job, capture string, t *optrace.Trace, hb []store.OpHeartbeat) error
 	OpTraces(job, capture string) ([]optrace.Trace, map[int][]store.OpHeartbeat, error)
+	OpTraceEvents(job, capture string, ranks []int) (map[int]int64, error)
 }
 
 var _ KairSource = (*store.Store)(nil)
@@ -119,8 +127,14 @@ type KairConfig struct {
 	MaxReasonLen int
 	// Run configures kair.Run (kair.DefaultRunConfig()).
 	Run *KairRunConfig
+	// MaxCaptureEvents bounds the events of all of one capture's traces
+	// (8,000,000, ~1.2 GiB decoded): a report loads them all at once.
+	MaxCaptureEvents int64
 	// CachedReports are the reports kept for repeated reads (8).
 	CachedReports int
+	// CachedTimelineEvents bounds the events of the timelines kept for
+	// repeated reads (1<<20, ~100 MiB).
+	CachedTimelineEvents int
 }
 
 func (c *KairConfig) setDefaults() {
@@ -148,6 +162,8 @@ func (c *KairConfig) setDefaults() {
 	def64(&c.MaxDeadlineNS, 3600e9)
 	def(&c.MaxReasonLen, 512)
 	def(&c.CachedReports, 8)
+	def64(&c.MaxCaptureEvents, 8_000_000)
+	def(&c.CachedTimelineEvents, 1<<20)
 	c.Steps = min(c.Steps, c.MaxSteps)
 	if c.Run == nil {
 		rc := kair.DefaultRunConfig()
@@ -172,6 +188,8 @@ type CaptureHints struct {
 	Trigger  string
 	Suspects []int
 	StepNS   int64
+	// Signal names an auto trigger's finding (store.Capture.Signal).
+	Signal string
 }
 
 // Kair is the KAIR adapter: capture life cycle over the store and the
@@ -196,6 +214,17 @@ type Kair struct {
 	// gen counts uploads per job (part of the report key; bounded by the
 	// jobs, unlike a count per capture).
 	gen map[string]uint64
+	// timelines holds built timelines, oldest first; timelineEvents
+	// counts their events (≤ CachedTimelineEvents).
+	timelines      []cachedTimeline
+	timelineEvents int
+}
+
+type cachedTimeline struct {
+	key    string // the report's key
+	step   int64
+	tl     *KairTimeline
+	events int
 }
 
 type cachedKair struct {
@@ -229,6 +258,13 @@ func (k *Kair) Forget(job string) {
 	delete(k.open, job)
 	delete(k.gen, job)
 	k.cache = slices.DeleteFunc(k.cache, func(c cachedKair) bool { return strings.HasPrefix(c.key, job+"\x00") })
+	k.timelines = slices.DeleteFunc(k.timelines, func(c cachedTimeline) bool {
+		if strings.HasPrefix(c.key, job+"\x00") {
+			k.timelineEvents -= c.events
+			return true
+		}
+		return false
+	})
 }
 
 func cloneCapture(c *store.Capture) *store.Capture {
@@ -358,6 +394,7 @@ func (k *Kair) Create(job string, req CaptureRequest, h CaptureHints, nowNS int6
 		return nil, signal.FieldErrorf("every", "must be in [1, %d], got %d", k.cfg.MaxEvery, req.Every)
 	}
 	c.Reason = clipText(strings.TrimSpace(req.Reason), k.cfg.MaxReasonLen)
+	c.Signal = clipText(h.Signal, 256)
 	if c.Ranks, err = k.pickRanks(j, req.Ranks, h.Suspects); err != nil {
 		return nil, err
 	}
@@ -386,6 +423,11 @@ func (k *Kair) Create(job string, req CaptureRequest, h CaptureHints, nowNS int6
 		wait = k.cfg.MaxDeadlineNS
 		if ahead <= k.cfg.MaxDeadlineNS/h.StepNS { // no overflow: clamped below anyway
 			wait = ahead*h.StepNS + k.cfg.SlackNS
+		} else if req.StartStep != nil {
+			// The capture would expire before its first step: say so now
+			// rather than let it lapse unseen.
+			return nil, signal.FieldErrorf("start_step", "step %d is %d steps past the newest step %d; at ~%d ms a step the recording would end after the %d s a capture waits",
+				c.StartStep, c.StartStep-max(st.LastStep, 0), st.LastStep, h.StepNS/1e6, k.cfg.MaxDeadlineNS/1e9)
 		}
 	}
 	c.DeadlineNS = nowNS + min(max(wait, k.cfg.SlackNS), k.cfg.MaxDeadlineNS)
@@ -478,6 +520,8 @@ func (k *Kair) Captures(job string, nowNS int64) ([]*store.Capture, error) {
 	if _, err := k.src.Job(job); err != nil {
 		return nil, err
 	}
+	// Read outside k.mu (a list is up to KeepCaptures records); what is
+	// settled below is re-read under it.
 	cs, err := k.src.Captures(job)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
@@ -488,34 +532,72 @@ func (k *Kair) Captures(job string, nowNS int64) ([]*store.Capture, error) {
 	for _, c := range cs {
 		if cur := k.open[job]; cur != nil && cur.ID == c.ID {
 			c = cur
+		} else if settledState(c, nowNS) != c.State {
+			// c was read before k.mu was taken: an upload or a sweep may
+			// have stored a newer record since. Settling (and storing) the
+			// stale copy would write back over a late upload, so settle
+			// the record as stored now.
+			fresh, err := k.src.Capture(job, c.ID)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				continue // deleted or evicted meanwhile
+			case err != nil:
+				k.log.Warn("KAIR: re-reading a capture to settle it", "job", signal.Clip(job), "capture", c.ID, "err", err)
+				out = append(out, settledCopy(c, nowNS)) // readable, never written
+				continue
+			}
+			c = fresh
 		}
-		if err := k.settleLocked(c, nowNS); err != nil {
-			return nil, err
-		}
-		if cur := k.open[job]; cur != nil && cur.ID == c.ID && !CaptureOpen(c) {
-			k.open[job] = nil
-		}
-		out = append(out, cloneCapture(c))
+		out = append(out, k.settleRead(c, nowNS))
+		k.dropClosedLocked(c)
 	}
 	return out, nil
+}
+
+// settledCopy is a copy of c in its settled state at nowNS.
+func settledCopy(c *store.Capture, nowNS int64) *store.Capture {
+	d := cloneCapture(c)
+	d.State = settledState(c, nowNS)
+	return d
+}
+
+// settleRead settles c (k.mu held, c as stored or the open cache's) for a
+// reader and returns a copy. When storing the change fails (a full disk)
+// the settled copy is still returned and the failure logged: reads stay
+// readable, and the next read or sweep retries the write.
+func (k *Kair) settleRead(c *store.Capture, nowNS int64) *store.Capture {
+	if err := k.settleLocked(c, nowNS); err != nil {
+		k.log.Warn("KAIR: storing a settled capture failed; serving it unsaved", "job", signal.Clip(c.Job), "capture", c.ID, "state", settledState(c, nowNS), "err", err)
+		return settledCopy(c, nowNS)
+	}
+	return cloneCapture(c)
+}
+
+// dropClosedLocked forgets c as the job's open capture once it closed.
+// k.mu is held.
+func (k *Kair) dropClosedLocked(c *store.Capture) {
+	if cur := k.open[c.Job]; cur != nil && cur.ID == c.ID && !CaptureOpen(cur) {
+		k.open[c.Job] = nil
+	}
 }
 
 // Capture returns one capture (settled).
 func (k *Kair) Capture(job, id string, nowNS int64) (*store.Capture, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	c, err := k.captureLocked(job, id, nowNS)
-	return cloneCapture(c), err
+	c, err := k.loadLocked(job, id)
+	if err != nil {
+		return nil, err
+	}
+	out := k.settleRead(c, nowNS)
+	k.dropClosedLocked(c)
+	return out, nil
 }
 
-func (k *Kair) captureLocked(job, id string, nowNS int64) (*store.Capture, error) {
+// loadLocked returns capture id as it is now: the open cache's record or
+// the stored one. k.mu is held (every capture write is made under it).
+func (k *Kair) loadLocked(job, id string) (*store.Capture, error) {
 	if cur := k.open[job]; cur != nil && cur.ID == id {
-		if err := k.settleLocked(cur, nowNS); err != nil {
-			return nil, err
-		}
-		if !CaptureOpen(cur) {
-			k.open[job] = nil
-		}
 		return cur, nil
 	}
 	c, err := k.src.Capture(job, id)
@@ -525,9 +607,20 @@ func (k *Kair) captureLocked(job, id string, nowNS int64) (*store.Capture, error
 		}
 		return nil, err
 	}
+	return c, nil
+}
+
+// captureLocked is capture id settled, for writers: a failed settle
+// write is an error. k.mu is held.
+func (k *Kair) captureLocked(job, id string, nowNS int64) (*store.Capture, error) {
+	c, err := k.loadLocked(job, id)
+	if err != nil {
+		return nil, err
+	}
 	if err := k.settleLocked(c, nowNS); err != nil {
 		return nil, err
 	}
+	k.dropClosedLocked(c)
 	return c, nil
 }
 
@@ -613,8 +706,26 @@ func (k *Kair) checkUploadLocked(job, id string, rank int, nowNS int64) (*store.
 // uploads (past the deadline) are kept: a slow upload still adds
 // evidence.
 func (k *Kair) PutTrace(job, id string, t *optrace.Trace, hb []store.OpHeartbeat, nowNS int64) (*store.Capture, error) {
-	if _, err := k.CheckUpload(job, id, t.Rank, nowNS); err != nil {
+	c, err := k.CheckUpload(job, id, t.Rank, nowNS)
+	if err != nil {
 		return nil, err
+	}
+	// A report holds every rank's trace in memory at once: bound their
+	// sum, not only each rank's. Concurrent uploads may overshoot by the
+	// traces being decoded (api's upload slots).
+	others := slices.DeleteFunc(slices.Clone(c.Uploaded), func(r int) bool { return r == t.Rank })
+	counts, err := k.src.OpTraceEvents(job, id, others)
+	if err != nil {
+		return nil, err
+	}
+	total := int64(len(t.Events))
+	for _, n := range counts {
+		total += n
+	}
+	if total > k.cfg.MaxCaptureEvents {
+		return nil, fmt.Errorf("%w: %w", store.ErrTraceTooLarge, signal.FieldErrorf("events",
+			"rank %d's %d events bring capture %s to %d events, over the %d one report may load; capture fewer steps or ranks",
+			t.Rank, len(t.Events), id, total, k.cfg.MaxCaptureEvents))
 	}
 	// Stored outside the lock: a large trace takes a while, and every
 	// rank's poll needs the lock. A capture cancelled meanwhile keeps the
@@ -627,7 +738,7 @@ func (k *Kair) PutTrace(job, id string, t *optrace.Trace, hb []store.OpHeartbeat
 	// A re-upload replaces a rank's trace without changing the upload
 	// set: the generation in the report key makes cached reports stale.
 	k.gen[job]++
-	c, err := k.checkUploadLocked(job, id, t.Rank, nowNS)
+	c, err = k.checkUploadLocked(job, id, t.Rank, nowNS)
 	if err != nil {
 		return nil, err
 	}
@@ -776,38 +887,49 @@ func (k *Kair) reportKey(c *store.Capture) string {
 // report returns c's report: cached, being computed by another request
 // (waited for), or computed here.
 func (k *Kair) report(ctx context.Context, c *store.Capture) (*KairReport, error) {
-	k.mu.Lock()
-	key := k.reportKey(c)
-	for _, e := range k.cache {
-		if e.key == key {
+	for {
+		k.mu.Lock()
+		key := k.reportKey(c)
+		for _, e := range k.cache {
+			if e.key == key {
+				k.mu.Unlock()
+				return e.rep, nil
+			}
+		}
+		if f := k.running[key]; f != nil {
 			k.mu.Unlock()
-			return e.rep, nil
+			select {
+			case <-f.done:
+				// The computing request's client went away: its context
+				// error is not this request's answer, so compute here.
+				if isCtxErr(f.err) && ctx.Err() == nil {
+					continue
+				}
+				return f.rep, f.err
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
-	}
-	if f := k.running[key]; f != nil {
+		f := &kairFlight{done: make(chan struct{})}
+		k.running[key] = f
 		k.mu.Unlock()
-		select {
-		case <-f.done:
-			return f.rep, f.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		f.rep, f.err = k.compute(ctx, c)
+		k.mu.Lock()
+		delete(k.running, key)
+		if f.err == nil {
+			k.cache = append(k.cache, cachedKair{key: key, rep: f.rep})
+			if len(k.cache) > k.cfg.CachedReports {
+				k.cache = slices.Delete(k.cache, 0, len(k.cache)-k.cfg.CachedReports)
+			}
 		}
+		k.mu.Unlock()
+		close(f.done)
+		return f.rep, f.err
 	}
-	f := &kairFlight{done: make(chan struct{})}
-	k.running[key] = f
-	k.mu.Unlock()
-	f.rep, f.err = k.compute(ctx, c)
-	k.mu.Lock()
-	delete(k.running, key)
-	if f.err == nil {
-		k.cache = append(k.cache, cachedKair{key: key, rep: f.rep})
-		if len(k.cache) > k.cfg.CachedReports {
-			k.cache = slices.Delete(k.cache, 0, len(k.cache)-k.cfg.CachedReports)
-		}
-	}
-	k.mu.Unlock()
-	close(f.done)
-	return f.rep, f.err
+}
+
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // compute loads c's traces and runs the pipeline. A panic in the engine
@@ -880,7 +1002,11 @@ type KairTimelineEvent struct {
 const MaxTimelineEvents = 5000
 
 // Timeline returns step's events of capture id (or the newest capture
-// with uploads); step < 0 picks the report's first analysed step.
+// with uploads); step < 0 picks the report's first analysed step. Built
+// timelines are cached with the report's key (bounded by
+// KairConfig.CachedTimelineEvents): one load of the traces builds the
+// asked step and every analysed step, so the lanes view does not reload
+// every rank's trace per click.
 func (k *Kair) Timeline(ctx context.Context, job, id string, step int64, nowNS int64) (*KairTimeline, error) {
 	c, err := k.pickCapture(job, id, nowNS)
 	if err != nil {
@@ -900,8 +1026,20 @@ func (k *Kair) Timeline(ctx context.Context, job, id string, step int64, nowNS i
 			return nil, fmt.Errorf("job %q, capture %s: no step every rank recorded: %w", signal.Clip(job), c.ID, store.ErrNotFound)
 		}
 	}
+	k.mu.Lock()
+	key := k.reportKey(c)
+	for _, e := range k.timelines {
+		if e.key == key && e.step == step {
+			k.mu.Unlock()
+			return e.tl, nil
+		}
+	}
+	k.mu.Unlock()
 	traces, _, err := k.src.OpTraces(c.Job, c.ID)
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	offsets := map[int]int64{}
@@ -911,15 +1049,80 @@ func (k *Kair) Timeline(ctx context.Context, job, id string, step int64, nowNS i
 	for _, e := range rep.Clock {
 		offsets[e.Rank] = e.OffsetNS
 	}
-	return buildTimeline(traces, c.Uploaded, offsets, step)
+	steps := []int64{step}
+	for _, s := range rep.Analysed {
+		if !slices.Contains(steps, s) {
+			steps = append(steps, s)
+		}
+	}
+	tls := buildTimelines(traces, c.Uploaded, offsets, steps)
+	k.mu.Lock()
+	for _, s := range slices.Backward(steps) { // the asked step last: newest in the cache
+		if tl := tls[s]; tl != nil {
+			k.cacheTimelineLocked(key, s, tl)
+		}
+	}
+	k.mu.Unlock()
+	tl := tls[step]
+	if tl == nil {
+		return nil, signal.FieldErrorf("step", "no rank recorded step %d in this capture", step)
+	}
+	return tl, nil
 }
 
+// cacheTimelineLocked adds a built timeline, dropping the oldest while the
+// cached events are over the bound. k.mu is held.
+func (k *Kair) cacheTimelineLocked(key string, step int64, tl *KairTimeline) {
+	n := tl.events()
+	if n > k.cfg.CachedTimelineEvents {
+		return
+	}
+	k.timelines = slices.DeleteFunc(k.timelines, func(e cachedTimeline) bool {
+		if e.key == key && e.step == step {
+			k.timelineEvents -= e.events
+			return true
+		}
+		return false
+	})
+	k.timelines = append(k.timelines, cachedTimeline{key: key, step: step, tl: tl, events: n})
+	k.timelineEvents += n
+	for k.timelineEvents > k.cfg.CachedTimelineEvents {
+		k.timelineEvents -= k.timelines[0].events
+		k.timelines = slices.Delete(k.timelines, 0, 1)
+	}
+}
+
+func (tl *KairTimeline) events() int {
+	n := 0
+	for _, r := range tl.Ranks {
+		n += len(r.Events)
+	}
+	return n
+}
+
+// buildTimeline is one step's timeline (a field error on step when no
+// rank recorded it).
 func buildTimeline(traces []optrace.Trace, ranks []int, offsets map[int]int64, step int64) (*KairTimeline, error) {
+	tl := buildTimelines(traces, ranks, offsets, []int64{step})[step]
+	if tl == nil {
+		return nil, signal.FieldErrorf("step", "no rank recorded step %d in this capture", step)
+	}
+	return tl, nil
+}
+
+// buildTimelines builds the timeline of each of steps in one pass over
+// the traces; a step no listed rank recorded has none in the map.
+func buildTimelines(traces []optrace.Trace, ranks []int, offsets map[int]int64, steps []int64) map[int64]*KairTimeline {
 	slices.SortFunc(traces, func(a, b optrace.Trace) int { return cmp.Compare(a.Rank, b.Rank) })
-	tl := &KairTimeline{Step: step, Ranks: []KairTimelineRank{}}
-	first := int64(0)
-	found := false
-	per := make([][]*optrace.Event, len(traces))
+	type acc struct {
+		per   [][]*optrace.Event // per trace
+		first int64              // earliest aligned start
+		found bool
+	}
+	accs := make(map[int64]*acc, len(steps))
+	for _, s := range steps {
+		accs[s] = &acc{per: make([][]*optrace.Event, len(traces))}
+	}
 	for i := range traces {
 		t := &traces[i]
 		if !slices.Contains(ranks, t.Rank) {
@@ -927,42 +1130,48 @@ func buildTimeline(traces []optrace.Trace, ranks []int, offsets map[int]int64, s
 		}
 		for j := range t.Events {
 			e := &t.Events[j]
-			if e.Step != step {
+			a := accs[e.Step]
+			if a == nil {
 				continue
 			}
-			per[i] = append(per[i], e)
+			a.per[i] = append(a.per[i], e)
 			s := e.StartNS + offsets[t.Rank]
-			if !found || s < first {
-				first, found = s, true
+			if !a.found || s < a.first {
+				a.first, a.found = s, true
 			}
 		}
 	}
-	if !found {
-		return nil, signal.FieldErrorf("step", "no rank recorded step %d in this capture", step)
-	}
-	for i := range traces {
-		t := &traces[i]
-		if !slices.Contains(ranks, t.Rank) {
+	out := make(map[int64]*KairTimeline, len(steps))
+	for step, a := range accs {
+		if !a.found {
 			continue
 		}
-		evs := per[i]
-		if len(evs) > MaxTimelineEvents {
-			// Keep the longest: a timeline is read for what took time.
-			slices.SortStableFunc(evs, func(a, b *optrace.Event) int { return cmp.Compare(b.DurNS, a.DurNS) })
-			evs = evs[:MaxTimelineEvents]
-			tl.Truncated = true
-		}
-		slices.SortStableFunc(evs, func(a, b *optrace.Event) int { return cmp.Compare(a.StartNS, b.StartNS) })
-		off := offsets[t.Rank]
-		tr := KairTimelineRank{Rank: t.Rank, OffsetNS: off, Events: make([]KairTimelineEvent, len(evs))}
-		for j, e := range evs {
-			lane := fmt.Sprintf("t%d", e.TID)
-			if e.Cat.OnDevice() || (e.Cat == optrace.Collective && e.Stream != 0) {
-				lane = fmt.Sprintf("s%d", e.Stream)
+		tl := &KairTimeline{Step: step, Ranks: []KairTimelineRank{}}
+		for i := range traces {
+			t := &traces[i]
+			if !slices.Contains(ranks, t.Rank) {
+				continue
 			}
-			tr.Events[j] = KairTimelineEvent{Name: e.Name, Cat: e.Cat, Lane: lane, StartNS: e.StartNS + off - first, DurNS: e.DurNS}
+			evs := a.per[i]
+			if len(evs) > MaxTimelineEvents {
+				// Keep the longest: a timeline is read for what took time.
+				slices.SortStableFunc(evs, func(a, b *optrace.Event) int { return cmp.Compare(b.DurNS, a.DurNS) })
+				evs = evs[:MaxTimelineEvents]
+				tl.Truncated = true
+			}
+			slices.SortStableFunc(evs, func(a, b *optrace.Event) int { return cmp.Compare(a.StartNS, b.StartNS) })
+			off := offsets[t.Rank]
+			tr := KairTimelineRank{Rank: t.Rank, OffsetNS: off, Events: make([]KairTimelineEvent, len(evs))}
+			for j, e := range evs {
+				lane := "t" + strconv.FormatInt(int64(e.TID), 10)
+				if e.Cat.OnDevice() || (e.Cat == optrace.Collective && e.Stream != 0) {
+					lane = "s" + strconv.FormatInt(int64(e.Stream), 10)
+				}
+				tr.Events[j] = KairTimelineEvent{Name: e.Name, Cat: e.Cat, Lane: lane, StartNS: e.StartNS + off - a.first, DurNS: e.DurNS}
+			}
+			tl.Ranks = append(tl.Ranks, tr)
 		}
-		tl.Ranks = append(tl.Ranks, tr)
+		out[step] = tl
 	}
-	return tl, nil
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/optrace"
@@ -165,6 +166,11 @@ func TestKairCreateValidates(t *testing.T) {
 			t.Errorf("%+v: %v, want a %s error", tc.req, err, tc.field)
 		}
 	}
+	// At 1 s a step, step 4000 is past the hour a capture waits.
+	far := int64(4000)
+	if _, err := k.Create("j", CaptureRequest{StartStep: &far}, CaptureHints{StepNS: 1e9}, 1); !isField(err, "start_step") {
+		t.Errorf("far start step: %v", err)
+	}
 	if _, err := k.Create("nope", CaptureRequest{}, CaptureHints{}, 1); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unknown job: %v", err)
 	}
@@ -280,5 +286,258 @@ func TestBuildTimelineTruncates(t *testing.T) {
 	}
 	if r0.Events[0].StartNS != 1000+10*10-950 {
 		t.Errorf("rank 0 first start %d", r0.Events[0].StartNS)
+	}
+}
+
+// hookSrc runs hook once between Captures' unlocked store read and the
+// lock, counts OpTraces loads, and fails capture writes while failPut is
+// set.
+type hookSrc struct {
+	*store.Store
+	hook     func()
+	failPut  bool
+	loads    int
+	blockOps chan struct{} // if set, the first OpTraces waits for it
+	entered  chan struct{}
+}
+
+func (h *hookSrc) Captures(job string) ([]*store.Capture, error) {
+	cs, err := h.Store.Captures(job)
+	if f := h.hook; f != nil {
+		h.hook = nil
+		f()
+	}
+	return cs, err
+}
+
+func (h *hookSrc) PutCapture(c *store.Capture) error {
+	if h.failPut {
+		return errors.New("disk full")
+	}
+	return h.Store.PutCapture(c)
+}
+
+func (h *hookSrc) OpTraces(job, capture string) ([]optrace.Trace, map[int][]store.OpHeartbeat, error) {
+	h.loads++
+	if b := h.blockOps; b != nil {
+		h.blockOps = nil
+		close(h.entered)
+		<-b
+	}
+	return h.Store.OpTraces(job, capture)
+}
+
+// Regression (review finding 1): a list that read the records before a
+// sweep and a late upload ran must not write its stale copy back over
+// them — the late rank's trace would be stored but never listed.
+func TestKairCapturesDoesNotLoseLateUpload(t *testing.T) {
+	st := kairStore(t, 2)
+	src := &hookSrc{Store: st}
+	k := NewKair(src, KairConfig{})
+	now := int64(1_800_000_000) * sec
+	c, err := k.Create("j", CaptureRequest{}, CaptureHints{}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.PutTrace("j", c.ID, stepTrace(0, 10, 11, 5, 1000), nil, now+sec); err != nil {
+		t.Fatal(err)
+	}
+	late := c.DeadlineNS + sec
+	src.hook = func() { // runs while Captures holds its stale (recording, [0]) copy
+		if err := k.Settle("j", late); err != nil { // the sweep: → partial
+			t.Error(err)
+		}
+		if _, err := k.PutTrace("j", c.ID, stepTrace(1, 10, 11, 5, 1000), nil, late); err != nil { // → complete
+			t.Error(err)
+		}
+	}
+	cs, err := k.Captures("j", late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 1 || cs[0].State != store.CaptureComplete || !slices.Equal(cs[0].Uploaded, []int{0, 1}) {
+		t.Errorf("listed %+v", cs[0])
+	}
+	got, err := st.Capture("j", c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != store.CaptureComplete || !slices.Equal(got.Uploaded, []int{0, 1}) {
+		t.Fatalf("late upload lost: stored state=%s uploaded=%v", got.State, got.Uploaded)
+	}
+}
+
+// Reads settle captures but stay readable when storing the settled
+// state fails (a full disk): they serve it unsaved, and a later read
+// stores it.
+func TestKairReadsSurviveFailedSettleWrite(t *testing.T) {
+	st := kairStore(t, 2)
+	src := &hookSrc{Store: st}
+	k := NewKair(src, KairConfig{})
+	k.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	now := int64(1_800_000_000) * sec
+	c, err := k.Create("j", CaptureRequest{}, CaptureHints{}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		if _, err := k.PutTrace("j", c.ID, stepTrace(r, 1, 3, 40, 1000), nil, now+sec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := k.Create("j", CaptureRequest{}, CaptureHints{}, now+2*sec) // open, unanswered
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.failPut = true
+	late := d.DeadlineNS + sec
+	cs, err := k.Captures("j", late)
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if len(cs) != 2 || cs[0].ID != d.ID || cs[0].State != store.CaptureExpired {
+		t.Fatalf("list %+v", cs)
+	}
+	if one, err := k.Capture("j", d.ID, late); err != nil || one.State != store.CaptureExpired {
+		t.Fatalf("get: %+v %v", one, err)
+	}
+	if ans, err := k.Report(context.Background(), "j", "", late); err != nil || ans.Capture.ID != c.ID {
+		t.Fatalf("report: %v", err)
+	}
+	if got, _ := st.Capture("j", d.ID); got.State == store.CaptureExpired {
+		t.Fatal("the failing write was stored")
+	}
+	src.failPut = false
+	if _, err := k.Captures("j", late); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.Capture("j", d.ID); got.State != store.CaptureExpired {
+		t.Fatalf("settled state not stored once writes work: %s", got.State)
+	}
+}
+
+// A request waiting on another's computation of the same report is not
+// answered with that request's cancellation (its client left).
+func TestKairReportWaiterOutlivesLeader(t *testing.T) {
+	st := kairStore(t, 2)
+	src := &hookSrc{Store: st, blockOps: make(chan struct{}), entered: make(chan struct{})}
+	block := src.blockOps
+	k := NewKair(src, KairConfig{})
+	c, err := k.Create("j", CaptureRequest{}, CaptureHints{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		if _, err := k.PutTrace("j", c.ID, stepTrace(r, 1, 3, 40, 1000), nil, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leaderCtx, cancel := context.WithCancel(context.Background())
+	leader := make(chan error, 1)
+	go func() {
+		_, err := k.Report(leaderCtx, "j", c.ID, 3)
+		leader <- err
+	}()
+	<-src.entered // the leader is loading traces
+	waiter := make(chan error, 1)
+	go func() {
+		_, err := k.Report(context.Background(), "j", c.ID, 3)
+		waiter <- err
+	}()
+	// Let the waiter reach the flight (were it late, it would compute
+	// itself and pass anyway: this only orders, never times, the test).
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	close(block)
+	if err := <-leader; !errors.Is(err, context.Canceled) {
+		t.Errorf("leader: %v", err)
+	}
+	if err := <-waiter; err != nil {
+		t.Fatalf("waiter got the leader's cancellation: %v", err)
+	}
+}
+
+// Timelines are cached with the report: one trace load builds the asked
+// step and every analysed step.
+func TestKairTimelineCached(t *testing.T) {
+	st := kairStore(t, 2)
+	src := &hookSrc{Store: st}
+	k := NewKair(src, KairConfig{})
+	c, err := k.Create("j", CaptureRequest{}, CaptureHints{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		if _, err := k.PutTrace("j", c.ID, stepTrace(r, 1, 3, 40, 1000*int64(r+1)), nil, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	ans, err := k.Report(ctx, "j", c.ID, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Report.Analysed) < 2 {
+		t.Fatalf("analysed %v", ans.Report.Analysed)
+	}
+	base := src.loads
+	first, err := k.Timeline(ctx, "j", c.ID, ans.Report.Analysed[0], 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := k.Timeline(ctx, "j", c.ID, ans.Report.Analysed[0], 4)
+	if err != nil || again != first {
+		t.Fatalf("second read not cached: %v", err)
+	}
+	if _, err := k.Timeline(ctx, "j", c.ID, ans.Report.Analysed[1], 4); err != nil {
+		t.Fatal(err)
+	}
+	if n := src.loads - base; n != 1 {
+		t.Errorf("%d trace loads for three timeline reads", n)
+	}
+	// A re-upload makes the cached timelines stale.
+	if _, err := k.PutTrace("j", c.ID, stepTrace(1, 1, 3, 40, 3000), nil, 5); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := k.Timeline(ctx, "j", c.ID, ans.Report.Analysed[0], 6)
+	if err != nil || fresh == first {
+		t.Fatalf("stale timeline after a re-upload: %v", err)
+	}
+	// The bound: a cache of 10 events keeps none of these.
+	small := NewKair(st, KairConfig{CachedTimelineEvents: 10})
+	if _, err := small.Timeline(ctx, "j", c.ID, 1, 7); err != nil {
+		t.Fatal(err)
+	}
+	if len(small.timelines) != 0 || small.timelineEvents != 0 {
+		t.Errorf("cache over its bound: %d timelines, %d events", len(small.timelines), small.timelineEvents)
+	}
+}
+
+// The traces of one capture are bounded in sum (a report loads them all):
+// an upload over MaxCaptureEvents is refused naming events; a rank's
+// re-upload replaces its own count.
+func TestKairCaptureEventBudget(t *testing.T) {
+	st := kairStore(t, 3)
+	k := NewKair(st, KairConfig{MaxCaptureEvents: 250})
+	c, err := k.Create("j", CaptureRequest{}, CaptureHints{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.PutTrace("j", c.ID, stepTrace(0, 1, 2, 100, 1000), nil, 2); err != nil { // 200 events
+		t.Fatal(err)
+	}
+	if _, err := k.PutTrace("j", c.ID, stepTrace(0, 1, 2, 110, 1000), nil, 2); err != nil { // re-upload: 220
+		t.Fatalf("re-upload within the budget: %v", err)
+	}
+	_, err = k.PutTrace("j", c.ID, stepTrace(1, 1, 1, 40, 1000), nil, 3) // 260 in all
+	if !errors.Is(err, store.ErrTraceTooLarge) || !isField(err, "events") {
+		t.Fatalf("over the budget: %v", err)
+	}
+	got, err := k.Capture("j", c.ID, 4)
+	if err != nil || !slices.Equal(got.Uploaded, []int{0}) {
+		t.Fatalf("refused upload listed: %+v %v", got, err)
+	}
+	if _, err := k.PutTrace("j", c.ID, stepTrace(1, 1, 1, 30, 1000), nil, 5); err != nil { // 250
+		t.Fatalf("at the budget: %v", err)
 	}
 }

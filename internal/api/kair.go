@@ -88,9 +88,10 @@ const (
 // kairMetrics count trace uploads (laggard_kair_*; captures_total is the
 // controller's, internal/detect).
 type kairMetrics struct {
-	uploads  prometheus.Counter
-	bytes    prometheus.Counter
-	rejected *prometheus.CounterVec
+	uploads      prometheus.Counter
+	bytes        prometheus.Counter
+	clockDropped prometheus.Counter
+	rejected     *prometheus.CounterVec
 }
 
 func (m *kairMetrics) register(reg prometheus.Registerer) error {
@@ -99,9 +100,11 @@ func (m *kairMetrics) register(reg prometheus.Registerer) error {
 		Help: "Rank operator traces stored (KAIR captures)."})
 	m.bytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "upload_bytes_total",
 		Help: "Request body bytes of stored rank traces."})
+	m.clockDropped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "clock_samples_dropped_total",
+		Help: "X-Laggard-Clock samples dropped from stored uploads (not four epoch times in order)."})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejected_total",
 		Help: "Trace uploads refused, by reason; nothing of a refused upload is stored."}, []string{"reason"})
-	for _, c := range []prometheus.Collector{m.uploads, m.bytes, m.rejected} {
+	for _, c := range []prometheus.Collector{m.uploads, m.bytes, m.clockDropped, m.rejected} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -257,7 +260,10 @@ func rankParam(r *http.Request, job *signal.Job) (int, error) {
 	v := r.URL.Query().Get("rank")
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 || (job.WorldSize > 0 && n >= job.WorldSize) {
-		return 0, signal.FieldErrorf("rank", "must be a rank in [0, %d), got %q", max(job.WorldSize, 1), signal.Clip(v))
+		if job.WorldSize <= 0 {
+			return 0, signal.FieldErrorf("rank", "must be a rank ≥ 0, got %q", signal.Clip(v))
+		}
+		return 0, signal.FieldErrorf("rank", "must be a rank in [0, %d), got %q", job.WorldSize, signal.Clip(v))
 	}
 	return n, nil
 }
@@ -293,35 +299,45 @@ func (a *API) pendingCapture(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseClock reads X-Laggard-Clock: a JSON array of [c_send, s_recv,
-// s_send, c_recv] samples in ns (the client's poll exchanges).
-func parseClock(vals []string) ([]store.OpHeartbeat, error) {
+// s_send, c_recv] samples in ns (the client's poll exchanges). A header
+// that is not such an array (or has more than MaxClockSamples) is an
+// error naming it; a single sample that is not four epoch times in order
+// (a clock stepped mid-poll) is dropped and counted, not a reason to
+// lose the rank's trace: KAIR Feature 4 takes the best of the rest.
+func parseClock(vals []string) (hb []store.OpHeartbeat, dropped int, err error) {
 	if len(vals) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	var raw [][]int64
 	if err := json.Unmarshal([]byte(strings.Join(vals, ",")), &raw); err != nil {
-		return nil, signal.FieldErrorf(HeaderClock, "want a JSON array of [c_send, s_recv, s_send, c_recv] ns arrays: %v", signal.Clip(err.Error()))
+		return nil, 0, signal.FieldErrorf(HeaderClock, "want a JSON array of [c_send, s_recv, s_send, c_recv] ns arrays: %v", signal.Clip(err.Error()))
 	}
 	if len(raw) > MaxClockSamples {
-		return nil, signal.FieldErrorf(HeaderClock, "%d samples, more than %d", len(raw), MaxClockSamples)
+		return nil, 0, signal.FieldErrorf(HeaderClock, "%d samples, more than %d", len(raw), MaxClockSamples)
 	}
 	out := make([]store.OpHeartbeat, 0, len(raw))
 	for i, s := range raw {
-		field := fmt.Sprintf("%s[%d]", HeaderClock, i)
 		if len(s) != 4 {
-			return nil, signal.FieldErrorf(field, "want 4 times [c_send, s_recv, s_send, c_recv], got %d", len(s))
+			return nil, 0, signal.FieldErrorf(fmt.Sprintf("%s[%d]", HeaderClock, i), "want 4 times [c_send, s_recv, s_send, c_recv], got %d", len(s))
 		}
-		for _, v := range s {
-			if v <= 0 || v > optrace.MaxAbsNS {
-				return nil, signal.FieldErrorf(field, "%d is not an epoch time in ns", v)
-			}
-		}
-		if s[3] < s[0] || s[2] < s[1] {
-			return nil, signal.FieldErrorf(field, "times out of order: want c_send ≤ c_recv and s_recv ≤ s_send")
+		if !clockSampleOK(s) {
+			dropped++
+			continue
 		}
 		out = append(out, store.OpHeartbeat{ClientSendNS: s[0], ServerRecvNS: s[1], ServerSendNS: s[2], ClientRecvNS: s[3]})
 	}
-	return out, nil
+	return out, dropped, nil
+}
+
+// clockSampleOK: four epoch times in ns, c_send ≤ c_recv and s_recv ≤
+// s_send.
+func clockSampleOK(s []int64) bool {
+	for _, v := range s {
+		if v <= 0 || v > optrace.MaxAbsNS {
+			return false
+		}
+	}
+	return s[3] >= s[0] && s[2] >= s[1]
 }
 
 // UploadAnswer is a stored trace.
@@ -331,6 +347,9 @@ type UploadAnswer struct {
 	Steps  int `json:"steps"`
 	// ErrorRecorded: the post was a client's X-Laggard-Capture-Error.
 	ErrorRecorded bool `json:"error_recorded,omitempty"`
+	// ClockDropped counts X-Laggard-Clock samples dropped as invalid
+	// (not four epoch times in order).
+	ClockDropped int `json:"clock_dropped,omitempty"`
 }
 
 func (a *API) rejectKair(w http.ResponseWriter, r *http.Request, status int, reason string, err error) {
@@ -378,10 +397,16 @@ func (a *API) uploadTrace(w http.ResponseWriter, r *http.Request) {
 		a.rejectKair(w, r, http.StatusBadRequest, reasonWrongRank, err)
 		return
 	}
-	hb, err := parseClock(r.Header.Values(HeaderClock))
+	hb, dropped, err := parseClock(r.Header.Values(HeaderClock))
 	if err != nil {
 		a.rejectKair(w, r, http.StatusBadRequest, reasonInvalid, err)
 		return
+	}
+	if dropped > 0 {
+		if m := a.d.Metrics; m != nil && m.kair.clockDropped != nil {
+			m.kair.clockDropped.Add(float64(dropped))
+		}
+		a.d.Log.Info("capture clock samples dropped", "job", job.ID, "capture", id, "rank", rank, "dropped", dropped, "kept", len(hb))
 	}
 	var base int64
 	if v := r.Header.Get(HeaderTraceBase); v != "" {
@@ -398,7 +423,7 @@ func (a *API) uploadTrace(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		a.d.Log.Info("capture rank failed", "job", job.ID, "capture", id, "rank", rank, "error", signal.Clip(msg))
-		writeJSON(w, http.StatusCreated, UploadAnswer{Rank: rank, ErrorRecorded: true})
+		writeJSON(w, http.StatusCreated, UploadAnswer{Rank: rank, ErrorRecorded: true, ClockDropped: dropped})
 		return
 	}
 	if _, err := a.d.Kair.CheckUpload(job.ID, id, rank); err != nil {
@@ -439,7 +464,7 @@ func (a *API) uploadTrace(w http.ResponseWriter, r *http.Request) {
 	if proto {
 		t, err = a.decodeOpTraceBody(body, rank)
 	} else {
-		t, err = a.decodeKineto(body, rank, base)
+		t, err = a.decodeKineto(r.Context(), body, rank, base)
 	}
 	if body.over {
 		err = fmt.Errorf("%w: more than %d bytes; capture fewer steps", laggardv1.ErrTooLarge, a.d.MaxTraceBytes)
@@ -460,6 +485,18 @@ func (a *API) uploadTrace(w http.ResponseWriter, r *http.Request) {
 		a.rejectKair(w, r, status, reason, err)
 		return
 	}
+	if len(hb) > 0 && !epochTimes(t) {
+		// KAIR Feature 4: heartbeats are epoch ns and apply to a trace on
+		// the epoch clock only. A trace with relative ts and no base
+		// (neither baseTimeNanoseconds nor X-Laggard-Trace-Base-NS) would
+		// get offsets of decades: keep the trace, drop the samples.
+		a.d.Log.Info("capture clock samples dropped: the trace's times are not epoch ns (send "+HeaderTraceBase+")", "job", job.ID, "capture", id, "rank", rank, "dropped", len(hb))
+		if m := a.d.Metrics; m != nil && m.kair.clockDropped != nil {
+			m.kair.clockDropped.Add(float64(len(hb)))
+		}
+		dropped += len(hb)
+		hb = nil
+	}
 	if _, err := a.d.Kair.PutTrace(job.ID, id, t, hb); err != nil {
 		status := kairStatus(err)
 		a.rejectKair(w, r, status, kairReason(err, status), err)
@@ -476,7 +513,7 @@ func (a *API) uploadTrace(w http.ResponseWriter, r *http.Request) {
 		m.kair.bytes.Add(float64(a.d.MaxTraceBytes - body.n))
 	}
 	a.d.Log.Info("capture trace stored", "job", job.ID, "capture", id, "rank", rank, "events", len(t.Events), "steps", len(steps), "bytes", a.d.MaxTraceBytes-body.n)
-	writeJSON(w, http.StatusCreated, UploadAnswer{Rank: rank, Events: len(t.Events), Steps: len(steps)})
+	writeJSON(w, http.StatusCreated, UploadAnswer{Rank: rank, Events: len(t.Events), Steps: len(steps), ClockDropped: dropped})
 }
 
 func (a *API) countKairReject(reason string) {
@@ -502,14 +539,16 @@ func (a *API) acquireUpload(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-var errTooManyEvents = errors.New("too many events")
-
 // decodeKineto streams a Kineto/Chrome trace into a Trace of rank,
 // putting StartNS on the epoch clock (the file's baseTimeNanoseconds,
-// else base from X-Laggard-Trace-Base-NS).
-func (a *API) decodeKineto(body io.Reader, rank int, base int64) (*optrace.Trace, error) {
+// else base from X-Laggard-Trace-Base-NS). One gzip layer is inflated
+// here, under the byte limit; a second one is refused, since
+// kineto.Decode would inflate it without a bound (a few hundred bytes can
+// hold gigabytes of JSON). ctx (the request's) stops a decode whose
+// client left.
+func (a *API) decodeKineto(ctx context.Context, body io.Reader, rank int, base int64) (*optrace.Trace, error) {
 	br := bufio.NewReaderSize(body, 64<<10)
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+	if isGzip(br) {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, signal.FieldErrorf("body", "invalid gzip: %v", signal.Clip(err.Error()))
@@ -517,32 +556,68 @@ func (a *API) decodeKineto(body io.Reader, rank int, base int64) (*optrace.Trace
 		defer zr.Close()
 		// The inflated JSON is bounded too: a small gzip body may inflate
 		// to any size.
-		inflated := &capReader{r: zr, n: a.d.MaxTraceBytes}
-		t, err := a.decodeKinetoJSON(inflated, rank, base)
+		inflated := &capReader{r: ctxReader{ctx: ctx, r: zr}, n: a.d.MaxTraceBytes}
+		ir := bufio.NewReaderSize(inflated, 64<<10)
+		if isGzip(ir) {
+			if inflated.over {
+				return nil, fmt.Errorf("%w: more than %d bytes of JSON once inflated; capture fewer steps", laggardv1.ErrTooLarge, a.d.MaxTraceBytes)
+			}
+			return nil, signal.FieldErrorf("body", "gzip inside gzip: compress the trace JSON once")
+		}
+		t, err := a.decodeKinetoJSON(ir, rank, base)
 		if inflated.over {
 			return nil, fmt.Errorf("%w: more than %d bytes of JSON once inflated; capture fewer steps", laggardv1.ErrTooLarge, a.d.MaxTraceBytes)
 		}
 		return t, err
 	}
-	return a.decodeKinetoJSON(br, rank, base)
+	return a.decodeKinetoJSON(ctxReader{ctx: ctx, r: br}, rank, base)
+}
+
+// epochFloorNS: a trace whose events start before this (2001-09-09) is
+// on a relative clock, not epoch ns.
+const epochFloorNS = int64(1e18)
+
+// epochTimes reports whether t's events are on the epoch clock (their
+// earliest start is past epochFloorNS).
+func epochTimes(t *optrace.Trace) bool {
+	for i := range t.Events {
+		if t.Events[i].StartNS < epochFloorNS {
+			return false
+		}
+	}
+	return len(t.Events) > 0
+}
+
+// isGzip peeks for the gzip magic (kineto.Decode sniffs the same way).
+func isGzip(br *bufio.Reader) bool {
+	magic, _ := br.Peek(2)
+	return len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b
+}
+
+// ctxReader fails reads once ctx is done: an upload's decode stops when
+// its client goes away, even after the body was read whole (a gzip body
+// inflates long after).
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 func (a *API) decodeKinetoJSON(src io.Reader, rank int, base int64) (*optrace.Trace, error) {
-	t := &optrace.Trace{Rank: rank}
 	limit := a.d.MaxTraceEvents
-	meta, err := kineto.Decode(src, kineto.Options{}, func(e *optrace.Event) error {
-		if len(t.Events) >= limit {
-			return errTooManyEvents
-		}
-		ev := *e
-		ev.Args = nil
-		t.Events = append(t.Events, ev)
-		return nil
-	})
+	// Stored StartNS are epoch ns on the rank's clock whenever the trace
+	// or the client says how (KAIR Feature 4: heartbeats then apply).
+	t, meta, err := kineto.ReadTrace(src, kineto.ReadOptions{MaxEvents: limit, BaseNS: base})
 	switch {
-	case errors.Is(err, errTooManyEvents):
+	case errors.Is(err, kineto.ErrTooManyEvents):
 		return nil, fmt.Errorf("%w: more than %d events in one rank's trace; capture fewer steps", laggardv1.ErrTooLarge, limit)
-	case errors.Is(err, laggardv1.ErrTooLarge):
+	case errors.Is(err, laggardv1.ErrTooLarge), errors.Is(err, kineto.ErrTimeBase), isCtxErr(err):
 		return nil, err
 	case err != nil:
 		return nil, &signal.FieldError{Field: "body", Msg: "not a Kineto/Chrome trace: " + clipErr(err)}
@@ -553,23 +628,12 @@ func (a *API) decodeKinetoJSON(src io.Reader, rank int, base int64) (*optrace.Tr
 	if len(t.Events) == 0 {
 		return nil, signal.FieldErrorf("traceEvents", "no operator or kernel events (%d elements read)", meta.Elements)
 	}
-	// Stored StartNS are epoch ns on the rank's clock whenever the trace
-	// or the client says how (KAIR Feature 4: heartbeats then apply).
-	shift := base
-	if meta.HasBaseTime {
-		shift = meta.BaseTimeNS
-	}
-	if shift != 0 {
-		for i := range t.Events {
-			e := &t.Events[i]
-			s := e.StartNS + shift
-			if s < -optrace.MaxAbsNS || s > optrace.MaxAbsNS || (shift > 0 && s < e.StartNS) {
-				return nil, signal.FieldErrorf(fmt.Sprintf("traceEvents[%d].ts", i), "%d ns past the base time %d is out of range", e.StartNS, shift)
-			}
-			e.StartNS = s
-		}
-	}
+	t.Rank = rank
 	return t, nil
+}
+
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // clipErr keeps a decoder error readable (it names the element and the

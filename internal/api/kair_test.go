@@ -2,7 +2,10 @@ package api
 
 import (
 	"bytes"
+	"compress/gzip"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,35 +28,37 @@ import (
 
 func TestParseClock(t *testing.T) {
 	for _, tc := range []struct {
-		in    string
-		n     int
-		field string
+		in         string
+		n, dropped int
+		field      string
 	}{
-		{"", 0, ""},
-		{"[]", 0, ""},
-		{"[[10,20,30,40]]", 1, ""},
-		{"[[10,20,30,40], [50,60,60,70]]", 2, ""},
-		{"[[10,20,30]]", 0, HeaderClock + "[0]"},
-		{"[[10,20,30,40],[40,30,20,10]]", 0, HeaderClock + "[1]"},
-		{"[[0,20,30,40]]", 0, HeaderClock + "[0]"},
-		{"[[10,20,30,1e30]]", 0, HeaderClock},
-		{"{}", 0, HeaderClock},
-		{"[" + strings.Repeat("[1,2,3,4],", MaxClockSamples) + "[1,2,3,4]]", 0, HeaderClock},
+		{"", 0, 0, ""},
+		{"[]", 0, 0, ""},
+		{"[[10,20,30,40]]", 1, 0, ""},
+		{"[[10,20,30,40], [50,60,60,70]]", 2, 0, ""},
+		{"[[10,20,30]]", 0, 0, HeaderClock + "[0]"},
+		// Out of order or not epoch times: the sample goes, the upload stays.
+		{"[[10,20,30,40],[40,30,20,10]]", 1, 1, ""},
+		{"[[0,20,30,40]]", 0, 1, ""},
+		{"[[10,20,30,40],[50,70,60,80],[-5,1,2,3]]", 1, 2, ""},
+		{"[[10,20,30,1e30]]", 0, 0, HeaderClock},
+		{"{}", 0, 0, HeaderClock},
+		{"[" + strings.Repeat("[1,2,3,4],", MaxClockSamples) + "[1,2,3,4]]", 0, 0, HeaderClock},
 	} {
 		var vals []string
 		if tc.in != "" {
 			vals = []string{tc.in}
 		}
-		hb, err := parseClock(vals)
+		hb, dropped, err := parseClock(vals)
 		var fe *signal.FieldError
 		switch {
-		case tc.field == "" && (err != nil || len(hb) != tc.n):
-			t.Errorf("%q: %d samples, %v", tc.in, len(hb), err)
+		case tc.field == "" && (err != nil || len(hb) != tc.n || dropped != tc.dropped):
+			t.Errorf("%q: %d samples, %d dropped, %v", tc.in, len(hb), dropped, err)
 		case tc.field != "" && (!errorsAs(err, &fe) || fe.Field != tc.field):
 			t.Errorf("%q: %v, want a %s error", tc.in, err, tc.field)
 		}
 	}
-	hb, _ := parseClock([]string{"[[10,20,30,40]]"})
+	hb, _, _ := parseClock([]string{"[[10,20,30,40]]"})
 	if hb[0] != (store.OpHeartbeat{ClientSendNS: 10, ServerRecvNS: 20, ServerSendNS: 30, ClientRecvNS: 40}) {
 		t.Errorf("sample %+v", hb[0])
 	}
@@ -75,7 +80,7 @@ func FuzzParseClock(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		hb, err := parseClock([]string{s})
+		hb, dropped, err := parseClock([]string{s})
 		if err != nil {
 			var fe *signal.FieldError
 			if !errorsAs(err, &fe) || !strings.HasPrefix(fe.Field, HeaderClock) {
@@ -83,8 +88,8 @@ func FuzzParseClock(f *testing.F) {
 			}
 			return
 		}
-		if len(hb) > MaxClockSamples {
-			t.Fatalf("%d samples", len(hb))
+		if len(hb)+dropped > MaxClockSamples {
+			t.Fatalf("%d samples, %d dropped", len(hb), dropped)
 		}
 		for _, h := range hb {
 			if h.ClientRecvNS < h.ClientSendNS || h.ServerSendNS < h.ServerRecvNS || h.ClientSendNS <= 0 {
@@ -303,7 +308,7 @@ func FuzzDecodeKinetoUpload(f *testing.F) {
 		if base < 0 || base > optrace.MaxAbsNS {
 			return // the handler refuses such a header before decoding
 		}
-		tr, err := a.decodeKineto(bytes.NewReader(body), 1, base)
+		tr, err := a.decodeKineto(context.Background(), bytes.NewReader(body), 1, base)
 		if err != nil {
 			if statusOf(err) >= 500 {
 				t.Fatalf("%v answers %d", err, statusOf(err))
@@ -319,4 +324,98 @@ func FuzzDecodeKinetoUpload(f *testing.F) {
 			}
 		}
 	})
+}
+
+func gzipped(t testing.TB, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// Regression (review finding 2): gzip inside gzip is refused before the
+// inner layer is inflated — kineto.Decode would inflate it without a
+// bound (this 8 MiB of JSON is a few hundred bytes twice compressed, 64 MiB
+// not much more);
+// one layer is still inflated under the byte limit.
+func TestDecodeKinetoNestedGzip(t *testing.T) {
+	huge := []byte(`{"traceEvents":[` + strings.Repeat(" ", 8<<20) + `]}`)
+	twice := gzipped(t, gzipped(t, huge))
+	a := &API{d: Deps{MaxTraceBytes: 1 << 20, MaxTraceEvents: 100}}
+	_, err := a.decodeKineto(context.Background(), &capReader{r: bytes.NewReader(twice), n: a.d.MaxTraceBytes}, 0, 0)
+	var fe *signal.FieldError
+	if !errorsAs(err, &fe) || fe.Field != "body" || !strings.Contains(fe.Msg, "gzip inside gzip") {
+		t.Fatalf("double gzip (%d bytes): %v", len(twice), err)
+	}
+	// One layer over the limit once inflated: 413.
+	_, err = a.decodeKineto(context.Background(), bytes.NewReader(gzipped(t, huge)), 0, 0)
+	if statusOf(err) != http.StatusRequestEntityTooLarge {
+		t.Fatalf("inflated over the limit: %v", err)
+	}
+	// One layer within it decodes.
+	tr, err := a.decodeKineto(context.Background(), bytes.NewReader(gzipped(t, kinetoJSON(30))), 0, 0)
+	if err != nil || len(tr.Events) != 31 { // 30 ops and the step
+		t.Fatalf("gzip once: %v", err)
+	}
+	// A cancelled request stops the decode with its context error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.decodeKineto(ctx, bytes.NewReader(gzipped(t, kinetoJSON(30))), 0, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+}
+
+// An upload whose X-Laggard-Clock holds an out-of-order sample stores the
+// trace with the good samples, and says how many it dropped; samples
+// sent with a trace whose times are not epoch ns are all dropped.
+func TestUploadDropsBadClockSamples(t *testing.T) {
+	s := kairServer(t, Deps{})
+	a := send(t, "POST", s.base+"captures", "application/json", []byte(`{"ranks":[0,1]}`))
+	if a.status != 201 {
+		t.Fatalf("create: %d %s", a.status, a.raw)
+	}
+	id := obj(a)["id"].(string)
+	req, _ := http.NewRequest("POST", s.base+"captures/"+id+"/traces?rank=0", bytes.NewReader(gzipped(t, kinetoJSON(30))))
+	req.Header.Set(HeaderClock, "[[1700000000000000100,1700000000000000200,1700000000000000300,1700000000000000400],[1700000000000000500,1700000000000000700,1700000000000000600,1700000000000000800]]")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var ans UploadAnswer
+	if err := json.Unmarshal(raw, &ans); err != nil || res.StatusCode != 201 || ans.ClockDropped != 1 || ans.Events != 31 {
+		t.Fatalf("upload: %d %s", res.StatusCode, raw)
+	}
+	_, hb, err := s.st.OpTraces("kj", id)
+	if err != nil || len(hb[0]) != 1 || hb[0][0].ServerRecvNS != 1700000000000000200 {
+		t.Fatalf("stored clock %v %v", hb, err)
+	}
+	// Relative ts without a base: epoch-ns samples cannot apply to it;
+	// the trace is stored without them.
+	legacy := `[{"name":"ProfilerStep#7","ph":"X","ts":10,"dur":100,"pid":1,"tid":1},{"name":"aten::add","ph":"X","ts":20.5,"dur":3,"pid":1,"tid":1}]`
+	req, _ = http.NewRequest("POST", s.base+"captures/"+id+"/traces?rank=1", strings.NewReader(legacy))
+	req.Header.Set(HeaderClock, "[[1700000000000000100,1700000000000000200,1700000000000000300,1700000000000000400]]")
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if err := json.Unmarshal(raw, &ans); err != nil || res.StatusCode != 201 || ans.ClockDropped != 1 {
+		t.Fatalf("relative upload: %d %s", res.StatusCode, raw)
+	}
+	traces, hb, err := s.st.OpTraces("kj", id)
+	if err != nil || len(traces) != 2 || len(hb[1]) != 0 {
+		t.Fatalf("relative trace stored with clock %v (%d traces, %v)", hb[1], len(traces), err)
+	}
 }

@@ -68,6 +68,11 @@ type Result struct {
 	// GreyhoundErr saying why when the server has none.
 	Greyhound    *analysis.GreyhoundReport
 	GreyhoundErr string
+	// Kair is the KAIR report of the capture the server triggered while
+	// the job ran (operator traces of a few steps on every rank); KairErr
+	// says why when there is none.
+	Kair    *analysis.KairAnswer
+	KairErr string
 	// Sysom is the SysOM-AI act (RunSysom; the caller sets it), nil when
 	// it was not asked for.
 	Sysom *SysomResult
@@ -168,6 +173,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.RankLocated = rep.Headline.Rank == o.FaultRank
 	res.Greyhound, res.GreyhoundErr = awaitGreyhound(ctx, o)
+	res.Kair, res.KairErr = awaitKair(ctx, o)
 
 	res.RankWithheld = rep.Headline.Rank < 0
 	return res, nil
@@ -202,6 +208,30 @@ func awaitGreyhound(ctx context.Context, o Options) (*analysis.GreyhoundReport, 
 		case <-ctx.Done():
 			return last, ""
 		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// awaitKair fetches the KAIR report of the job's newest capture, waiting
+// (up to 30 s) while it is still recording or uploading: the ranks upload
+// in the background and the last trace may land as training ends.
+func awaitKair(ctx context.Context, o Options) (*analysis.KairAnswer, string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ka, err := getJSON[analysis.KairAnswer](fctx, fmt.Sprintf("%s/api/v1/jobs/%s/kair", o.ServerURL, o.JobID), "the KAIR report")
+		cancel()
+		settled := err == nil && ka.Capture != nil && !analysis.CaptureOpen(ka.Capture)
+		if settled || !time.Now().Before(deadline) {
+			if err != nil {
+				return nil, err.Error()
+			}
+			return ka, ""
+		}
+		select {
+		case <-ctx.Done():
+			return ka, ""
+		case <-time.After(time.Second):
 		}
 	}
 }

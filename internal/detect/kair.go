@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -259,21 +260,43 @@ func (o observer) Run(ctx context.Context, req analysis.Request) (*analysis.Repo
 	return rep, err
 }
 
+// finding is one trigger signal: key names it (store.Capture.Signal;
+// one auto capture per key), reason says it to the operator.
+type finding struct{ key, reason string }
+
 // ObserveReport checks a StageFrontier report of job for a trigger
-// signal: a named straggler, or a fresh onset change point (newer than
-// the newest one seen before; the first report of a job after start only
-// records it, so a restart does not capture every job's old onset).
+// signal: a named straggler (keyed by the named ranks), or a fresh onset
+// change point (newer than the newest one seen before; the first report
+// of a job after start only records it, so a restart does not capture
+// every job's old onset). A job whose steps are not advancing (finished,
+// or not seen advancing since the server started) fires nothing: no rank
+// would poll its capture.
 func (k *Kair) ObserveReport(job string, rep *analysis.Report) {
-	var reason string
+	var fs []finding
 	var suspects []int
 	for _, g := range rep.Groups {
 		h := g.Report.Headline
 		if h.Rank >= 0 && h.Withheld == "" {
-			if reason == "" {
-				reason = fmt.Sprintf("StageFrontier names rank %d the straggler at stage %s (confidence %.2f)", h.Rank, h.Stage, h.Confidence)
+			if len(fs) == 0 {
+				fs = append(fs, finding{reason: fmt.Sprintf("StageFrontier names rank %d the straggler at stage %s (confidence %.2f)", h.Rank, h.Stage, h.Confidence)})
 			}
-			suspects = append(suspects, h.Rank)
+			if !slices.Contains(suspects, h.Rank) {
+				suspects = append(suspects, h.Rank)
+			}
 		}
+	}
+	if len(fs) > 0 {
+		// KAIR §III-A Feature 2: a persistent straggler is one finding;
+		// it is captured once, not every cooldown.
+		ranks := slices.Sorted(slices.Values(suspects))
+		key := "straggler:"
+		for i, r := range ranks {
+			if i > 0 {
+				key += ","
+			}
+			key += strconv.Itoa(r)
+		}
+		fs[0].key = key
 	}
 	if t := rep.Timeline; t != nil {
 		var onset *analysis.ChangePoint
@@ -289,29 +312,58 @@ func (k *Kair) ObserveReport(job string, rep *analysis.Report) {
 				k.seen[job] = onset.Step
 			}
 			k.mu.Unlock()
-			if seen && onset.Step > prev && reason == "" {
-				reason = fmt.Sprintf("step-time onset at step %d: %.1f → %.1f ms (%+.0f%%)", onset.Step, onset.BeforeMS, onset.AfterMS, onset.Rel*100)
+			if seen && onset.Step > prev {
+				fs = append(fs, finding{key: fmt.Sprintf("onset:%d", onset.Step),
+					reason: fmt.Sprintf("step-time onset at step %d: %.1f → %.1f ms (%+.0f%%)", onset.Step, onset.BeforeMS, onset.AfterMS, onset.Rel*100)})
 			}
 		}
 	}
-	if reason != "" {
-		k.trigger(job, reason, suspects)
+	if len(fs) == 0 {
+		return
 	}
+	if !k.active(job) {
+		k.log.Debug("auto capture: job not advancing", "job", job, "signal", fs[0].key)
+		return
+	}
+	k.trigger(job, suspects, fs...)
+}
+
+// active reports whether job's steps advanced recently, by the
+// StageFrontier detector's account (without one attached: assumed). The
+// detector marks a job advancing only once it saw its newest step move
+// since start, so after a restart finished jobs stay quiet.
+func (k *Kair) active(job string) bool {
+	k.mu.Lock()
+	det := k.det
+	k.mu.Unlock()
+	if det == nil {
+		return true
+	}
+	det.mu.Lock()
+	defer det.mu.Unlock()
+	s := det.state[job]
+	return s != nil && !s.advancedAt.IsZero() && det.now().Sub(s.advancedAt) <= det.cfg.ActiveFor
 }
 
 // greyhoundLeft is the Greyhound controller leaving tracking (it saw an
-// iteration-time change point and is profiling).
+// iteration-time change point and is profiling). The transition's time
+// keys the finding: each departure from tracking is captured once.
 func (k *Kair) greyhoundLeft(job, why string, rep *analysis.GreyhoundReport) {
 	var suspects []int
+	key := "greyhound:" + why
 	if rep != nil {
 		suspects = greyhoundSuspects(rep)
+		if rep.Controller.SinceNS > 0 {
+			key = "greyhound:" + strconv.FormatInt(rep.Controller.SinceNS, 10)
+		}
 	}
-	k.trigger(job, "Greyhound left tracking: "+why, suspects)
+	k.trigger(job, suspects, finding{key: key, reason: "Greyhound left tracking: " + why})
 }
 
-// trigger creates an auto capture of job unless the trigger is off, a
+// trigger creates an auto capture of job for the first of fs not yet
+// captured (a kept capture carries its key), unless the trigger is off, a
 // capture is open, or the newest is younger than the cooldown.
-func (k *Kair) trigger(job, reason string, suspects []int) {
+func (k *Kair) trigger(job string, suspects []int, fs ...finding) {
 	if k.cfg.Off {
 		return
 	}
@@ -326,13 +378,25 @@ func (k *Kair) trigger(job, reason string, suspects []int) {
 			return
 		}
 	}
-	c, err := k.k.Create(job, analysis.CaptureRequest{Steps: k.cfg.Steps, Reason: reason}, k.hints(job, analysis.TriggerAuto, suspects), now.UnixNano())
+	var f *finding
+	for i := range fs {
+		if !slices.ContainsFunc(cs, func(c *store.Capture) bool { return c.Trigger == analysis.TriggerAuto && c.Signal == fs[i].key }) {
+			f = &fs[i]
+			break
+		}
+	}
+	if f == nil {
+		return // captured already: once per finding
+	}
+	h := k.hints(job, analysis.TriggerAuto, suspects)
+	h.Signal = f.key
+	c, err := k.k.Create(job, analysis.CaptureRequest{Steps: k.cfg.Steps, Reason: f.reason}, h, now.UnixNano())
 	switch {
 	case errors.Is(err, analysis.ErrCaptureOpen):
 		return
 	case err != nil:
-		k.log.Warn("auto capture failed", "job", job, "reason", reason, "err", err)
+		k.log.Warn("auto capture failed", "job", job, "reason", f.reason, "err", err)
 		return
 	}
-	k.log.Info("auto capture", "job", job, "capture", c.ID, "reason", reason, "ranks", c.Ranks, "start_step", c.StartStep)
+	k.log.Info("auto capture", "job", job, "capture", c.ID, "reason", f.reason, "signal", f.key, "ranks", c.Ranks, "start_step", c.StartStep)
 }

@@ -196,3 +196,103 @@ func TestKairSweepExpires(t *testing.T) {
 		t.Fatalf("stored %+v %v", got, err)
 	}
 }
+
+// Regression (review finding 3): a persistent straggler is one finding,
+// captured once — not every cooldown until the operator's captures are
+// evicted — and not again by a restarted server (the finding is stored
+// with the capture). A new finding still fires.
+func TestKairAutoTriggerOncePerFinding(t *testing.T) {
+	e := newKairTest(t, 4, KairConfig{Cooldown: 10 * time.Minute})
+	m, err := e.k.CreateCapture("j", analysis.CaptureRequest{Reason: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		e.now = e.now.Add(61 * time.Minute) // past the deadline and the cooldown
+		e.k.ObserveReport("j", stragglerReport(2, ""))
+	}
+	cs := e.captures(t)
+	if len(cs) != 2 || cs[0].Trigger != analysis.TriggerAuto || cs[0].Signal != "straggler:2" || cs[1].ID != m.ID {
+		t.Fatalf("after 40 cooldowns of one straggler: %d captures, newest %+v", len(cs), cs[0])
+	}
+	// A restarted server (fresh controller and adapter over the store).
+	k2, err := NewKair(KairConfig{Cooldown: 10 * time.Minute}, storeJobs{e.st}, analysis.NewKair(e.st, analysis.KairConfig{}), prometheus.NewRegistry(), quietLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2.SetClock(func() time.Time { return e.now })
+	e.now = e.now.Add(61 * time.Minute)
+	k2.ObserveReport("j", stragglerReport(2, ""))
+	if n := len(e.captures(t)); n != 2 {
+		t.Fatalf("restart re-captured the same straggler: %d captures", n)
+	}
+	k2.ObserveReport("j", stragglerReport(3, ""))
+	if cs := e.captures(t); len(cs) != 3 || cs[0].Signal != "straggler:3" {
+		t.Fatalf("a new straggler: %d captures, newest %+v", len(cs), cs[0])
+	}
+	// An already-captured straggler with a fresh onset: the onset fires.
+	e.now = e.now.Add(61 * time.Minute)
+	k2.ObserveReport("j", onsetReport(100)) // first onset after start: recorded only
+	e.now = e.now.Add(61 * time.Minute)
+	rep := onsetReport(200)
+	rep.Groups = stragglerReport(3, "").Groups
+	k2.ObserveReport("j", rep)
+	if cs := e.captures(t); len(cs) != 4 || cs[0].Signal != "onset:200" {
+		t.Fatalf("fresh onset beside a captured straggler: %d captures, newest %+v", len(cs), cs[0])
+	}
+}
+
+// With the StageFrontier detector attached, a job not seen advancing
+// (finished, or not yet since a restart) fires nothing; once its steps
+// advance, it does.
+func TestKairAutoTriggerSkipsIdleJobs(t *testing.T) {
+	e := newKairTest(t, 4, KairConfig{})
+	det, err := New(Config{Interval: -1}, storeJobs{e.st}, e.st, fixedReporter{}, prometheus.NewRegistry(), quietLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	det.now = func() time.Time { return e.now }
+	e.k.Attach(det, nil)
+	e.k.ObserveReport("j", stragglerReport(2, "")) // never evaluated
+	det.mu.Lock()
+	det.state["j"] = &jobState{lastStep: 10, vectors: 40} // seen, not advancing
+	det.mu.Unlock()
+	e.k.ObserveReport("j", stragglerReport(2, ""))
+	if n := len(e.captures(t)); n != 0 {
+		t.Fatalf("idle job: %d captures", n)
+	}
+	det.mu.Lock()
+	det.state["j"].advancedAt = e.now.Add(-time.Minute)
+	det.mu.Unlock()
+	e.k.ObserveReport("j", stragglerReport(2, ""))
+	if n := len(e.captures(t)); n != 1 {
+		t.Fatalf("advancing job: %d captures", n)
+	}
+	det.mu.Lock()
+	det.state["j"].advancedAt = e.now.Add(-time.Hour) // stopped 1h ago (ActiveFor 15m)
+	det.mu.Unlock()
+	e.now = e.now.Add(2 * time.Hour)
+	e.k.ObserveReport("j", stragglerReport(1, ""))
+	if n := len(e.captures(t)); n != 1 {
+		t.Fatalf("finished job: %d captures", n)
+	}
+}
+
+// Each Greyhound departure from tracking is one finding: the same
+// transition reported twice fires once.
+func TestKairGreyhoundOncePerTransition(t *testing.T) {
+	e := newKairTest(t, 4, KairConfig{Cooldown: time.Minute})
+	rep := &analysis.GreyhoundReport{}
+	rep.Controller.SinceNS = 123
+	e.k.greyhoundLeft("j", "iteration time rose 30%", rep)
+	e.now = e.now.Add(2 * time.Hour)
+	e.k.greyhoundLeft("j", "iteration time rose 30%", rep)
+	if cs := e.captures(t); len(cs) != 1 || cs[0].Signal != "greyhound:123" {
+		t.Fatalf("one transition: %+v", cs)
+	}
+	rep.Controller.SinceNS = 456
+	e.k.greyhoundLeft("j", "iteration time rose 30%", rep)
+	if n := len(e.captures(t)); n != 2 {
+		t.Fatalf("a second transition: %d captures", n)
+	}
+}

@@ -48,6 +48,18 @@ func KAIR(w io.Writer, r *kair.TraceReport) error {
 	return p.err
 }
 
+// KAIRBrief is the report's first lines: what was analysed, the verdict
+// and headline, the steps (for a block beside other engines' verdicts).
+func KAIRBrief(w io.Writer, r *kair.TraceReport) error {
+	p := &printer{w: w}
+	if r == nil {
+		p.f("KAIR · no report\n")
+		return p.err
+	}
+	kairHeader(p, r)
+	return p.err
+}
+
 func kairHeader(p *printer, r *kair.TraceReport) {
 	events := 0
 	for _, n := range r.Events {

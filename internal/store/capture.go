@@ -20,9 +20,10 @@ import (
 //
 //	a/<job>\x00<capture id, 13 bytes>   → Capture as JSON
 //
-// A job keeps its newest KeepCaptures captures: storing a new one beyond
-// that deletes the oldest with its traces in the same write, so an
-// auto-triggering job's storage stays bounded.
+// A job keeps at most KeepCaptures captures: storing a new one beyond
+// that deletes the least valuable (oldest auto captures first; an auto
+// capture never evicts a manual one) with its traces in the same write,
+// so an auto-triggering job's storage stays bounded.
 const (
 	prefixCapture = "a/"
 
@@ -34,6 +35,8 @@ const (
 	MaxCaptureSteps = 64
 	// captureIDLen is "c" + 12 hex digits.
 	captureIDLen = 13
+	// maxSignalLen bounds Capture.Signal.
+	maxSignalLen = 256
 )
 
 // CaptureState is where a capture is in its life.
@@ -78,6 +81,10 @@ type Capture struct {
 	Uploaded   []int             `json:"uploaded"`    // ranks whose trace is stored
 	Failed     map[string]string `json:"failed,omitempty"`
 	State      CaptureState      `json:"state"`
+	// Signal is an auto capture's finding ("straggler:2", "onset:1500",
+	// "greyhound:<ns>"): the trigger fires once per finding, also across
+	// restarts.
+	Signal string `json:"signal,omitempty"`
 }
 
 // NewCaptureID returns a fresh random capture id ("c" + 12 hex digits).
@@ -126,6 +133,8 @@ func (c *Capture) Validate() error {
 		return signal.FieldErrorf("every", "%d must be ≥ 1", c.Every)
 	case c.StartStep < 0:
 		return signal.FieldErrorf("start_step", "%d must be ≥ 0", c.StartStep)
+	case len(c.Signal) > maxSignalLen:
+		return signal.FieldErrorf("signal", "%d bytes, more than %d", len(c.Signal), maxSignalLen)
 	}
 	for _, f := range []struct {
 		name  string
@@ -176,8 +185,8 @@ func (s *Store) captureWrite(job string, need int64, fn func() error) error {
 }
 
 // PutCapture creates or replaces capture c of job c.Job (which must
-// exist). A new capture beyond the job's KeepCaptures deletes the oldest
-// one and its traces in the same durable write.
+// exist). A new capture beyond the job's KeepCaptures deletes one (see
+// evictable) and its traces in the same durable write.
 func (s *Store) PutCapture(c *Capture) error {
 	if c == nil {
 		return signal.FieldErrorf("capture", "nil")
@@ -202,13 +211,17 @@ func (s *Store) PutCapture(c *Capture) error {
 		case err == nil:
 			closer.Close()
 		case errors.Is(err, pebble.ErrNotFound):
-			// New: make room by dropping the oldest beyond the bound.
+			// New: make room by dropping captures beyond the bound.
 			old, err := s.captureList(job)
 			if err != nil {
 				return err
 			}
-			for i := KeepCaptures - 1; i < len(old); i++ {
-				if err := s.deleteCapture(b, job, old[i].id); err != nil {
+			victims, err := evictable(old, len(old)-(KeepCaptures-1), c.Trigger == "auto")
+			if err != nil {
+				return fmt.Errorf("store: put capture %s of job %q: %w", c.ID, job, err)
+			}
+			for _, id := range victims {
+				if err := s.deleteCapture(b, job, id); err != nil {
 					return err
 				}
 			}
@@ -223,6 +236,52 @@ func (s *Store) PutCapture(c *Capture) error {
 		}
 		return nil
 	})
+}
+
+// ErrCaptureLimit is wrapped by PutCapture when a new auto capture would
+// have to evict an operator's (manual) capture to stay within
+// KeepCaptures.
+var ErrCaptureLimit = errors.New("store: the job keeps its limit of captures")
+
+// evictable picks n captures of old (newest first) to delete so a new one
+// fits, least valuable first: records that do not decode, then auto
+// captures without a trace, then auto ones with traces, then (only when
+// the new capture is manual) manual ones, then open ones; oldest first
+// within each. An auto capture never evicts a manual one: when only
+// those are left it is refused (ErrCaptureLimit), so a job that keeps
+// triggering cannot push out what an operator asked for.
+func evictable(old []capEntry, n int, auto bool) ([]string, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	rank := func(e capEntry) int {
+		switch {
+		case e.c == nil:
+			return 0
+		case e.c.State.Open():
+			return 4
+		case e.c.Trigger == "auto" && len(e.c.Uploaded) == 0:
+			return 1
+		case e.c.Trigger == "auto":
+			return 2
+		}
+		return 3
+	}
+	var out []string
+	for cls := 0; cls <= 4 && len(out) < n; cls++ {
+		if auto && cls >= 3 {
+			break
+		}
+		for i := len(old) - 1; i >= 0 && len(out) < n; i-- { // oldest first
+			if rank(old[i]) == cls {
+				out = append(out, old[i].id)
+			}
+		}
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("%w (%d): an auto capture would evict an operator's manual capture; delete or let one go", ErrCaptureLimit, KeepCaptures)
+	}
+	return out, nil
 }
 
 // deleteCapture adds the deletion of capture id and its traces to b.

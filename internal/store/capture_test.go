@@ -393,3 +393,108 @@ func FuzzDecodeOpTraceHeader(f *testing.F) {
 		}
 	})
 }
+
+// Eviction beyond KeepCaptures drops the least valuable capture: auto
+// ones without traces first, then auto ones with traces, oldest first;
+// an auto capture never evicts a manual one (it is refused instead),
+// while a manual one may.
+func TestCapturesEvictAutoFirst(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	if err := s.PutJob(testJob("j")); err != nil {
+		t.Fatal(err)
+	}
+	put := func(trigger string, created int64, state CaptureState, uploaded []int) *Capture {
+		t.Helper()
+		c := testCapture("j", created)
+		c.Trigger, c.State, c.Uploaded = trigger, state, uploaded
+		if err := s.PutCapture(c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ids := func() map[string]bool {
+		t.Helper()
+		list, err := s.Captures("j")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) > KeepCaptures {
+			t.Fatalf("%d captures kept, over %d", len(list), KeepCaptures)
+		}
+		out := map[string]bool{}
+		for _, c := range list {
+			out[c.ID] = true
+		}
+		return out
+	}
+	manual := put("manual", 1, CaptureComplete, []int{0, 1}) // the oldest of all
+	traced := put("auto", 2, CapturePartial, []int{0})
+	if err := s.PutOpTrace("j", traced.ID, testOpTrace(0, 5), nil); err != nil {
+		t.Fatal(err)
+	}
+	var empty []*Capture
+	for i := range KeepCaptures - 2 {
+		empty = append(empty, put("auto", int64(10+i), CaptureExpired, nil))
+	}
+	next := put("auto", 100, CapturePending, nil)
+	got := ids()
+	if !got[manual.ID] || !got[traced.ID] || got[empty[0].ID] || !got[next.ID] {
+		t.Fatalf("first eviction: manual %v traced %v oldest empty auto %v", got[manual.ID], got[traced.ID], got[empty[0].ID])
+	}
+	// Fill with manual captures: the empty auto ones go, then the traced
+	// auto one (with its traces), never the manual ones.
+	next.State = CaptureExpired
+	if err := s.PutCapture(next); err != nil {
+		t.Fatal(err)
+	}
+	var manuals []*Capture
+	for i := range KeepCaptures - 1 {
+		manuals = append(manuals, put("manual", int64(200+i), CaptureComplete, []int{0}))
+	}
+	got = ids()
+	if got[traced.ID] || !got[manual.ID] || !got[manuals[0].ID] {
+		t.Fatalf("second eviction: traced auto %v, manual %v", got[traced.ID], got[manual.ID])
+	}
+	if n := countKeys(t, s, opTracePrefix("j", traced.ID)); n != 0 {
+		t.Fatalf("evicted capture left %d trace keys", n)
+	}
+	// All manual now: an auto capture is refused, a manual one evicts the
+	// oldest manual.
+	if err := s.PutCapture(testCaptureTrigger("j", 500, "auto")); !errors.Is(err, ErrCaptureLimit) {
+		t.Fatalf("auto over manual-only: %v", err)
+	}
+	put("manual", 501, CapturePending, nil)
+	if got = ids(); got[manual.ID] {
+		t.Fatal("the oldest manual capture was kept past the bound")
+	}
+}
+
+func testCaptureTrigger(job string, created int64, trigger string) *Capture {
+	c := testCapture(job, created)
+	c.Trigger = trigger
+	return c
+}
+
+// OpTraceEvents reads the stored event counts from the trace headers.
+func TestOpTraceEvents(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	if err := s.PutJob(testJob("j")); err != nil {
+		t.Fatal(err)
+	}
+	c := testCapture("j", 1)
+	if err := s.PutCapture(c); err != nil {
+		t.Fatal(err)
+	}
+	for r, n := range []int{10, 250} {
+		if err := s.PutOpTrace("j", c.ID, testOpTrace(r, n), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.OpTraceEvents("j", c.ID, []int{0, 1, 2, -1})
+	if err != nil || len(got) != 2 || got[0] != 10 || got[1] != 250 {
+		t.Fatalf("events %v %v", got, err)
+	}
+	if _, err := s.OpTraceEvents("nope", c.ID, []int{0}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown job: %v", err)
+	}
+}

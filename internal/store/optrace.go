@@ -179,6 +179,46 @@ func (s *Store) PutOpTrace(job, capture string, t *optrace.Trace, hb []OpHeartbe
 	})
 }
 
+// OpTraceEvents returns the stored event count of each of ranks' traces
+// of capture, read from the trace headers only (a report's memory is
+// bounded by the sum; the KAIR adapter checks it before storing another
+// rank). Ranks without a stored trace, or whose header does not decode,
+// are absent.
+func (s *Store) OpTraceEvents(job, capture string, ranks []int) (map[int]int64, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.life.RUnlock()
+	if !s.hasJob(job) {
+		return nil, notFound(job)
+	}
+	if !ValidCaptureID(capture) {
+		return nil, fmt.Errorf("store: job %q has no capture %q: %w", job, signal.Clip(capture), ErrNotFound)
+	}
+	out := make(map[int]int64, len(ranks))
+	for _, r := range ranks {
+		if r < 0 || r >= maxRank {
+			continue
+		}
+		key := opTraceKey(job, capture, r, 0)
+		v, closer, err := s.db.Get(key)
+		if errors.Is(err, pebble.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("store: read rank %d trace header of capture %s of job %q: %w", r, capture, job, err)
+		}
+		h, err := decodeOpTraceHeader(v)
+		closer.Close()
+		if err != nil {
+			s.skip(key, err, nil)
+			continue
+		}
+		out[r] = int64(h.events)
+	}
+	return out, nil
+}
+
 // rangeEndRank is the exclusive end of one rank's parts.
 func rangeEndRank(job, capture string, rank int) []byte {
 	return binary.BigEndian.AppendUint32(opTracePrefix(job, capture), uint32(rank)+1)

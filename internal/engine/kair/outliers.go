@@ -44,11 +44,9 @@ func (d *dag) score(cfg Config) {
 				fc.MinSigmaNS = cfg.ClockErrorNS
 			}
 			cz = classicZ(xs, fc, cz[:0])
-			rz, buf = robustZ(xs, fc, rz[:0], buf)
+			var med float64
+			rz, buf, med = robustZ(xs, fc, rz[:0], buf)
 			if f < 2 {
-				buf = append(buf[:0], xs...)
-				slices.Sort(buf)
-				med := median(buf)
 				for _, k := range m {
 					if f == 0 {
 						d.nodes[k].mstart = med
@@ -120,8 +118,9 @@ func classicZ(xs []float64, cfg Config, out []float64) []float64 {
 }
 
 // robustZ is the median/MAD twin: (x − median)/(1.4826·MAD); one
-// straggler moves neither the median nor the MAD.
-func robustZ(xs []float64, cfg Config, out, buf []float64) ([]float64, []float64) {
+// straggler moves neither the median nor the MAD. It also returns the
+// median (the expected value excess time is measured from).
+func robustZ(xs []float64, cfg Config, out, buf []float64) ([]float64, []float64, float64) {
 	buf = append(buf[:0], xs...)
 	slices.Sort(buf)
 	med := median(buf)
@@ -133,7 +132,7 @@ func robustZ(xs []float64, cfg Config, out, buf []float64) ([]float64, []float64
 	for _, x := range xs {
 		out = append(out, z(x, med, s))
 	}
-	return out, buf
+	return out, buf, med
 }
 
 func median(sorted []float64) float64 {

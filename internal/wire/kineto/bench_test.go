@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/laggard-dev/laggard/internal/signal/optrace"
 )
@@ -198,4 +199,42 @@ func BenchmarkDecodeGzip(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestDecodeFileForRSS decodes the file named by KINETO_RSS_FILE and does
+// nothing else, so `/usr/bin/time -v` on the test binary reports the
+// importer's peak RSS for that file (issue 9: memory independent of the
+// file size). KINETO_RSS_WRITE_MB first writes a synthetic trace of that
+// size there. Skipped unless set.
+func TestDecodeFileForRSS(t *testing.T) {
+	path := os.Getenv("KINETO_RSS_FILE")
+	if path == "" {
+		t.Skip("set KINETO_RSS_FILE (and KINETO_RSS_WRITE_MB to create it)")
+	}
+	if mb, err := strconv.ParseInt(os.Getenv("KINETO_RSS_WRITE_MB"), 10, 64); err == nil && mb > 0 {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := writeSynthetic(f, mb<<20)
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %d bytes", size)
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	start := time.Now()
+	meta, err := Decode(f, Options{}, func(*optrace.Event) error { n++; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	t.Logf("%d events, %d elements, %d bytes in %v (%.0f MB/s)", n, meta.Elements, fi.Size(), time.Since(start),
+		float64(fi.Size())/1e6/time.Since(start).Seconds())
 }

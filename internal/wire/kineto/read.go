@@ -1,0 +1,71 @@
+package kineto
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/optrace"
+)
+
+// ReadTrace's errors besides Decode's: past ReadOptions.MaxEvents, and a
+// time base that moves an event out of optrace's range (wrapped with a
+// *signal.FieldError naming the event).
+var (
+	ErrTooManyEvents = errors.New("kineto: too many events")
+	ErrTimeBase      = errors.New("kineto: time base out of range")
+)
+
+// ReadOptions tunes ReadTrace.
+type ReadOptions struct {
+	Options
+	// MaxEvents bounds the events kept (memory: a few hundred bytes
+	// each); past it ReadTrace stops with ErrTooManyEvents. ≤ 0: no bound.
+	MaxEvents int
+	// BaseNS is added to every timestamp when the trace has no
+	// baseTimeNanoseconds: the caller's epoch-ns estimate of ts 0 for
+	// profilers that write relative times (0: leave them).
+	BaseNS int64
+}
+
+// ReadTrace decodes one rank's trace into memory (the server's upload and
+// `laggard trace` share it): every event, args only with KeepArgs, and
+// timestamps moved to epoch ns on the rank's clock — by the trace's
+// baseTimeNanoseconds when present, else by BaseNS — so ranks share a
+// time base before clock alignment (KAIR Feature 4). The trace's Rank is
+// Meta.Rank (-1 when the file does not say; the caller decides).
+func ReadTrace(r io.Reader, opt ReadOptions) (*optrace.Trace, Meta, error) {
+	t := &optrace.Trace{Rank: -1}
+	meta, err := Decode(r, opt.Options, func(e *optrace.Event) error {
+		if opt.MaxEvents > 0 && len(t.Events) >= opt.MaxEvents {
+			return ErrTooManyEvents
+		}
+		ev := *e
+		if !opt.KeepArgs {
+			ev.Args = nil
+		}
+		t.Events = append(t.Events, ev)
+		return nil
+	})
+	if err != nil {
+		return nil, meta, err
+	}
+	t.Rank = meta.Rank
+	shift := opt.BaseNS
+	if meta.HasBaseTime {
+		shift = meta.BaseTimeNS
+	}
+	if shift != 0 {
+		for i := range t.Events {
+			e := &t.Events[i]
+			s := e.StartNS + shift
+			if s < -optrace.MaxAbsNS || s > optrace.MaxAbsNS || (shift > 0) != (s > e.StartNS) {
+				return nil, meta, fmt.Errorf("%w: %w", ErrTimeBase, signal.FieldErrorf(fmt.Sprintf("traceEvents[%d].ts", i),
+					"%d ns past the base time %d is out of range", e.StartNS, shift))
+			}
+			e.StartNS = s
+		}
+	}
+	return t, meta, nil
+}
