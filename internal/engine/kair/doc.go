@@ -17,8 +17,9 @@
 //	heartbeat      round-trip sample           Heartbeat; θ = ((s_recv−c_send)+(s_send−c_recv))/2 of the
 //	                                           min-RTT samples, ResidualNS = ⌈RTT/2⌉ (OffsetFromHeartbeats)
 //	barrier        collective instance         θ ∈ [entry_ref − exit_r, exit_ref − entry_r] per shared
-//	                                           (Comm, Seq); intersection → ResidualNS, median exit
-//	                                           difference → OffsetNS (AlignByCollectives)
+//	                                           (Comm, Seq), or per op name and k-th call in the step when
+//	                                           the trace has no ids; intersection → ResidualNS, median
+//	                                           exit difference → OffsetNS (AlignByCollectives)
 //	t_1 … t_n      fixed-length windows        Rhythm.T0NS + k·Rhythm.WindowNS, n = RhythmConfig.Windows
 //	f_{t_k}        completions per window      Rhythm.Freq (EndNS + ClockOffsetNS of RhythmConfig.Categories
 //	                                           in the steps every rank has)
@@ -34,6 +35,7 @@
 //	a_i            max(|z_s|, |z_d|)           Instance.A (primary method), Instance.AClassic / ARobust
 //	3              3-sigma rule                Config.ZThreshold
 //	O_{i-1}        direct predecessor          the DAG predecessor that ends last (gating predecessor)
+//	(impact)       time a cause cost           RootCause.ExcessNS, Cause.ExcessNS (ranks causes)
 //
 // Why not the paper's population z verbatim: with N ranks the largest
 // population z any one member can reach is sqrt(N−1) (stats.PopulationZ),
@@ -50,21 +52,40 @@
 // stands out"). A p-value treats completions as independent draws, which
 // they are not: read it as a scale of evidence.
 //
-// What Stage 1 can see: F is normalized over the whole grid, and a
-// per-step delay that the next collective absorbs shifts a rank's count
-// by at most the ops it had not yet completed, so D ≈ delay per step /
-// capture span — it shrinks with the number of steps captured, and
-// √n·D decides p. Sustained rhythm differences (a rank that falls behind,
-// a stall) and captures with thousands of kernels a step are what it
-// localizes; a short per-step delay on a CPU-only trace of ~100 ops a
-// step usually stays "none" or "inconclusive", and Stages 2–3 (which
-// compare each op instance across ranks) still find it. Run says when
-// the two stages disagree.
+// What Stage 1 can see. On the capture-wide clock (FrameCapture, the
+// paper's reading) a per-step delay that the next collective absorbs
+// shifts a rank's count by at most the ops it had not yet completed, so
+// D ≈ delay per step / capture span — it shrinks with the number of
+// steps captured. The default FrameStep measures each completion from
+// its own rank's step start and pools the steps, so D stays at the
+// displaced fraction of a step; it needs no clock alignment. A straggler
+// must also lead the per-step divergence (Rhythm.StepLeaders) in at
+// least half the steps that have a leader. Completions counted by
+// default: device work when every rank has it (on a GPU the host runs
+// ahead asynchronously), else host work. Rhythm divergence is not
+// causation: a rank whose rhythm differs need not be the one that
+// delayed the others (a fault hidden inside one long op leaves the
+// rhythm intact), so Run reports Stage 1 beside Stage 3 and says when
+// they disagree.
+//
+// Stage 3 ranking: each root cause carries ExcessNS, the time it cost
+// over the peers' median for the same instance (an op's duration, an
+// edge's start), summed over distinct culprit instances and steps;
+// causes are ranked by it (a_i is a z-score and explodes for ops whose
+// peers agree to the microsecond, however little time they lost). Nested
+// causes fold into the innermost one that holds at least half the outer
+// op's excess (blame.go fold). Rule 1 defers to lateness when an op
+// started late by more than it ran long; an op late with nothing before
+// it on the step's thread is an edge from StepStart.
 //
 // Run verdict: culprit when the top aggregated cause is actionable (op or
-// edge) and appears in at least half the analysed steps; none when no
-// analysed step has a late or slow outlier; otherwise inconclusive, with
-// the leading candidate named only as a candidate.
+// edge), appears in at least half the analysed steps and costs at least
+// 2× the runner-up's excess; none when no analysed step has a late or
+// slow outlier; otherwise inconclusive, naming the competing candidates.
+// The headline also gives the culprit's share of the median step and,
+// when one joined collective's work after its last arrival is ≥ 25% of
+// the step on every rank (Report.CommNS), says that this shared time is
+// invisible to cross-rank comparison (a slow link, congestion).
 //
 // Clock alignment in Run (RunConfig.Align "" = auto): offsets already
 // set on any trace are used as given; else collectives per rank where
