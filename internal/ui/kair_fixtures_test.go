@@ -121,6 +121,7 @@ type kfRunConfig struct {
 	Align    string         `json:"align"`
 	Steps    []int64        `json:"steps,omitempty"`
 	MaxSteps int            `json:"max_steps"`
+	MinShare float64        `json:"min_share"`
 }
 
 // kfReport is kair.TraceReport (contract §A) as JSON.
@@ -297,7 +298,7 @@ func kfFreq(seed uint64, n, windows int, slow map[int]bool) [][]uint32 {
 
 func kfRunCfg(windows int) kfRunConfig {
 	return kfRunConfig{Rhythm: kfRhythmConfig{Windows: windows, Alpha: 0.01, Separation: 1.5, Frame: "step"},
-		Config: kair.DefaultConfig(), Align: "collectives", MaxSteps: 16}
+		Config: kair.DefaultConfig(), Align: "collectives", MaxSteps: 16, MinShare: 0.1}
 }
 
 func kfClocks(ranks []int) []kfClock {

@@ -31,9 +31,16 @@ type RunConfig struct {
 	// MaxSteps: when Steps is nil, the MaxSteps slowest steps (by the
 	// largest step span of any rank) are analysed.
 	MaxSteps int `json:"max_steps"`
+	// MinShare is the share of the median step a culprit must cost per
+	// step to be named (0.10, the size of slowdown Greyhound's
+	// verification counts, §4.2): a healthy job on a busy host always has
+	// some rank losing a few milliseconds somewhere, and naming it as the
+	// cause of anything is the confidently wrong answer.
+	MinShare float64 `json:"min_share"`
 }
 
 const (
+	defaultMinShare = 0.10
 	defaultMaxSteps = 16
 	// maxMaxSteps bounds the work of one Run (each step is a pass over
 	// every event).
@@ -45,7 +52,7 @@ const (
 
 // DefaultRunConfig returns the documented defaults.
 func DefaultRunConfig() RunConfig {
-	return RunConfig{Rhythm: DefaultRhythmConfig(), Config: DefaultConfig(), MaxSteps: defaultMaxSteps}
+	return RunConfig{Rhythm: DefaultRhythmConfig(), Config: DefaultConfig(), MaxSteps: defaultMaxSteps, MinShare: defaultMinShare}
 }
 
 func (c RunConfig) withDefaults() RunConfig {
@@ -55,6 +62,9 @@ func (c RunConfig) withDefaults() RunConfig {
 	}
 	if c.MaxSteps == 0 {
 		c.MaxSteps = defaultMaxSteps
+	}
+	if c.MinShare == 0 {
+		c.MinShare = defaultMinShare
 	}
 	return c
 }
@@ -74,6 +84,8 @@ func (c RunConfig) Validate() error {
 		return signal.FieldErrorf("align", "unknown method %q (want none, given, heartbeat, collectives or empty for auto)", signal.Clip(string(c.Align)))
 	case c.MaxSteps < 1 || c.MaxSteps > maxMaxSteps:
 		return signal.FieldErrorf("max_steps", "must be in [1,%d], got %d", maxMaxSteps, c.MaxSteps)
+	case !(c.MinShare > 0 && c.MinShare < 1):
+		return signal.FieldErrorf("min_share", "must be in (0,1), got %v", c.MinShare)
 	case len(c.Steps) > maxMaxSteps:
 		return signal.FieldErrorf("steps", "%d steps, more than %d", len(c.Steps), maxMaxSteps)
 	}
@@ -402,12 +414,36 @@ func chooseSteps(work []optrace.Trace, spans []StepSpan, cfg RunConfig) ([]int64
 		return out, "", nil
 	}
 	if len(spans) == 0 {
+		// Whole capture as one step only for traces without step numbers:
+		// ranks that recorded different steps are not comparable, and
+		// matching their k-th operators would blame the misalignment.
+		var have []string
+		for j := range work {
+			lo, hi := int64(-1), int64(-1)
+			for _, e := range work[j].Events {
+				if e.Step >= 0 {
+					if lo < 0 || e.Step < lo {
+						lo = e.Step
+					}
+					hi = max(hi, e.Step)
+				}
+			}
+			if lo >= 0 {
+				have = append(have, fmt.Sprintf("rank %d: %d–%d", work[j].Rank, lo, hi))
+			}
+		}
+		if len(have) > 0 {
+			if len(have) > 8 {
+				have = append(have[:8], "…")
+			}
+			return []int64{}, "the ranks recorded different steps (" + strings.Join(have, ", ") + "): nothing to compare", nil
+		}
 		for j := range work {
 			if !slices.ContainsFunc(work[j].Events, func(e optrace.Event) bool { return e.Step < 0 }) {
 				return []int64{}, "", nil
 			}
 		}
-		return []int64{-1}, "the traces carry no step every rank has: the whole capture was analysed as one step", nil
+		return []int64{-1}, "the traces carry no step numbers: the whole capture was analysed as one step", nil
 	}
 	type sd struct {
 		step int64
@@ -483,6 +519,13 @@ func stragglerOutliers(reps []*Report, rank int) []Instance {
 	}
 	slices.SortStableFunc(out, func(a, b Instance) int { return cmp.Compare(b.A, a.A) })
 	return out[:min(len(out), maxStragglerOutliers)]
+}
+
+// immaterial: the cause costs less than minShare of the median step per
+// analysed step it appears in (no span known: never immaterial).
+func immaterial(c *Cause, reps []*Report, minShare float64) bool {
+	sp := medianStepSpan(reps)
+	return sp > 0 && float64(c.ExcessNS)/float64(max(1, c.Steps)) < minShare*float64(sp)
 }
 
 // medianStepSpan / medianComm are the medians over analysed steps of
@@ -575,6 +618,11 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 	case top == nil:
 		v = VerdictNone
 		parts = append(parts, fmt.Sprintf("%d operator outlier(s) in the %d analysed step(s), all early or fast: nothing late or slow to blame.", outliers, na))
+	case top.Kind != KindInconclusive && immaterial(top, rep.StepReports, cfg.MinShare):
+		v = VerdictNone
+		sp := medianStepSpan(rep.StepReports)
+		parts = append(parts, fmt.Sprintf("No material slowdown to blame: the largest deviation, %s, costs %s per step (%.1f%% of the median step, %s), below the %.0f%% a culprit must cost.",
+			describeCause(top), fmtNS(top.ExcessNS/int64(max(1, top.Steps))), 100*float64(top.ExcessNS)/float64(max(1, top.Steps))/float64(max(1, sp)), fmtNS(sp), 100*cfg.MinShare))
 	case top.Kind != KindInconclusive && 2*top.Steps >= na && (runner == nil || top.ExcessNS >= culpritSeparation*runner.ExcessNS):
 		v = VerdictCulprit
 		parts = append(parts, fmt.Sprintf("Culprit: %s — %s over peers in %d of %d analysed step(s), explaining %d flagged instance(s) (a = %.1f).",

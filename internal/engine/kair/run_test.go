@@ -376,7 +376,7 @@ func TestRunAlignMixedAndGiven(t *testing.T) {
 // the slow op. The headline says so instead of picking one.
 func TestRunStagesDisagree(t *testing.T) {
 	tr := simulateSteps(stepsUpTo(3), everyStep(8, func() []op { return richProgram(20, 20) }, func(_ int64, p [][]op) {
-		p[2][22].dur *= 4
+		p[2][22].dur *= 10
 	}))
 	for s := range int64(3) {
 		var t0 int64 = math.MaxInt64
@@ -400,5 +400,45 @@ func TestRunStagesDisagree(t *testing.T) {
 	}
 	if !strings.Contains(rep.Headline, "Stage 1's rhythm straggler is rank 6, not the culprit's rank 2") {
 		t.Errorf("headline %s", rep.Headline)
+	}
+}
+
+// Ranks that recorded different training steps (a plan picked up late)
+// share no step: nothing is compared, and nothing is blamed — matching
+// their k-th operators would blame the misalignment.
+func TestRunDifferentStepsInconclusive(t *testing.T) {
+	tr := simulateSteps(stepsUpTo(3), everyStep(4, func() []op { return richProgram(10, 10) }, nil))
+	for j := range tr[3].Events {
+		if tr[3].Events[j].Step >= 0 {
+			tr[3].Events[j].Step += 10
+		}
+	}
+	rep := mustRun(t, tr, nil, DefaultRunConfig())
+	if rep.Verdict != VerdictInconclusive || len(rep.Analysed) != 0 || len(rep.Causes) != 0 ||
+		!strings.Contains(rep.Headline, "rank 3: 10–12") {
+		t.Fatalf("%s", dumpRun(rep))
+	}
+}
+
+// A deviation below MinShare of the step is not a culprit: the verdict is
+// none, and the headline says how small it is. Above it, it is named.
+func TestRunMinShare(t *testing.T) {
+	mk := func(f int64) []optrace.Trace {
+		return simulateSteps(stepsUpTo(3), everyStep(4, func() []op { return richProgram(20, 20) }, func(_ int64, p [][]op) {
+			p[2][22].dur *= f
+		}))
+	}
+	small := mustRun(t, mk(3), nil, DefaultRunConfig())
+	if small.Verdict != VerdictNone || !strings.Contains(small.Headline, "No material slowdown") {
+		t.Errorf("small deviation: %s: %s", small.Verdict, small.Headline)
+	}
+	big := mustRun(t, mk(20), nil, DefaultRunConfig())
+	if big.Verdict != VerdictCulprit || big.Causes[0].Rank != 2 {
+		t.Errorf("large deviation: %s: %s", big.Verdict, big.Headline)
+	}
+	cfg := DefaultRunConfig()
+	cfg.MinShare = 1.5
+	if _, err := Run(mk(3), nil, cfg); err == nil || !strings.Contains(err.Error(), "min_share") {
+		t.Errorf("min_share 1.5 accepted: %v", err)
 	}
 }
