@@ -10,7 +10,10 @@
 // layered diagnosis report, flame graphs per rank or group and
 // differential ones (flame.js, flamediff.js, drawn by the d3-flame-graph
 // component vendored under static/vendor/) and the OS signal panels
-// (osstat.js).
+// (osstat.js). Last, the operator traces (KAIR, kair.js): the capture list
+// with "Capture now", the K-S heatmap and score bars of Stage 1, the
+// per-rank completion rhythm (Fig. 4), the blame chain of an analysed
+// step and a per-rank step timeline.
 //
 // The page is plain HTML/CSS and ES modules (static/js/, one per view),
 // embedded with go:embed — no build step, no CDN — and talks only to the
