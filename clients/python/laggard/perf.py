@@ -282,7 +282,12 @@ class Perf:
         torch.profiler, upload the trace. Default LAGGARD_CAPTURE, then on
         when shipping to a server and torch is installed. capture_poll_s
         (LAGGARD_CAPTURE_POLL_S, default 2) is the poll/heartbeat period;
-        capture_dir (LAGGARD_CAPTURE_DIR) where traces wait for upload.
+        capture_dir (LAGGARD_CAPTURE_DIR) where traces wait for upload;
+        LAGGARD_CAPTURE_MAX_EVENTS (default 1,000,000) caps one capture's
+        events (it stops early; the upload says X-Laggard-Capture-Truncated).
+        Call close() on the training thread: from another thread a capture
+        in progress is ended at the training thread's next step boundary, or
+        reported failed.
     """
 
     def __init__(self, server=None, job=None, rank=None, world_size=None, schema=None, accumulation=1, role=None, *,

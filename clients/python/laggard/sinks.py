@@ -267,7 +267,9 @@ class HTTPSink:
             raise ShipError("GET captures/pending: reply is not an object", op="captures")
         sr, ss = obj.get("server_recv_ns"), obj.get("server_send_ns")
         hb = None
-        if all(type(x) is int and x > 0 for x in (sr, ss)) and ss >= sr:
+        # Each clock must run forward (a clock stepped back mid-poll does not):
+        # an unordered sample would get the whole upload refused.
+        if all(type(x) is int and x > 0 for x in (sr, ss)) and ss >= sr and c_recv >= c_send:
             hb = (c_send, sr, ss, c_recv)
         return obj.get("capture"), hb
 

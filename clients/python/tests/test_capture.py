@@ -80,6 +80,12 @@ class FakePollSink:
     def post_capture_trace(self, cid, rank, body, size, headers):
         self.posts.append((cid, rank, body.read() if body is not None else None, dict(headers)))
 
+    def clone(self, timeout=None):
+        return self  # one object: the tests read .posts from either
+
+    def close(self):
+        pass
+
 
 class PollerTest(unittest.TestCase):
     def capturer(self, answers):
@@ -461,3 +467,342 @@ class GzipBodyTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# --- review fixes (issue 9): fork, size cap, temp files, heartbeats, threads ---
+
+def _ops(torch, x, n=3):
+    for _ in range(n):
+        x = torch.tanh(x @ x)
+    return x
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs torch (run with /usr/bin/python3)")
+class DirectCaptureTest(unittest.TestCase):
+    """A Capturer driven by hand (begin/end as Perf calls them) against a
+    FakePollSink: what was uploaded, with which headers."""
+
+    def setUp(self):
+        import torch
+        self.torch = torch
+        self.x = torch.randn(16, 16)
+        self.dir = tempfile.mkdtemp()
+
+    def tearDown(self):
+        self.assertFalse(self.torch.autograd._profiler_enabled())  # no test leaves a profiler on
+
+    def capturer(self, steps=3, every=1, **kw):
+        c = Capturer("job", directory=self.dir, backoff_s=0.01, **kw)
+        self.assertTrue(c.attach(FakePollSink([]), 0))
+        c.offer({"id": "c9", "start_step": 10, "steps": steps, "every": every})
+        return c
+
+    def run_steps(self, c, steps, n_ops=3):
+        for s in steps:
+            c.begin(s)
+            self.x = _ops(self.torch, self.x, n_ops)
+            c.end(s)
+
+    def upload(self, c):
+        self.assertTrue(c.close(5))
+        (cid, rank, body, headers), = [p for p in c._up_sink.posts if p[2] is not None]
+        events = json.loads(gzip.decompress(body))
+        return [int(e["name"].split("#")[1]) for e in events if e["name"].startswith("ProfilerStep#")], headers
+
+    def test_event_cap_stops_early_and_says_truncated(self):
+        c = self.capturer(steps=10)
+        c.max_events = 1  # sized after the first step: more than it, so only steps that fit are taken
+        # the first step alone is over the cap: the capture fails, named
+        self.run_steps(c, range(10, 13))
+        self.assertEqual(c.stats()["failed"], 1)
+        self.assertIn("LAGGARD_CAPTURE_MAX_EVENTS", c.last_error)
+        self.assertTrue(c.close(5))
+        c = self.capturer(steps=10)
+        self.run_steps(c, [10])
+        per_step = c._cur["events"]  # the first step is its own session: its count is known
+        c._abort(c._cur["plan"], "calibrated")
+        self.assertTrue(c.close(5))
+        c = self.capturer(steps=10, max_events=per_step * 3 + per_step // 2)
+        self.run_steps(c, range(10, 20))
+        steps, h = self.upload(c)
+        self.assertEqual(steps, [10, 11, 12])  # 3.5 steps' worth: 3 whole steps
+        self.assertEqual(h["X-Laggard-Capture-Truncated"], "7")
+        st = c.stats()
+        self.assertEqual((st["truncated"], st["uploaded"], st["steps_recorded"]), (1, 1, 3))
+
+    def test_env_sets_the_cap(self):
+        with mock.patch.dict(os.environ, {"LAGGARD_CAPTURE_MAX_EVENTS": "1234"}):
+            self.assertEqual(Capturer("j").max_events, 1234)
+        with mock.patch.dict(os.environ, {"LAGGARD_CAPTURE_MAX_EVENTS": "lots"}):
+            self.assertEqual(Capturer("j").max_events, cap_mod.MAX_EVENTS)
+
+    def test_sessions_are_bounded_and_merged_in_order(self):
+        segs = []
+        real = cap_mod.write_body
+
+        def spy(out, s, *a, **kw):
+            segs.append(len(s))
+            return real(out, s, *a, **kw)
+        # the upload starts as the last step ends: spy from the start
+        with mock.patch.object(cap_mod, "_SEG_EVENTS", 1), mock.patch.object(cap_mod, "write_body", spy):
+            c = self.capturer(steps=4)  # one step per session
+            self.run_steps(c, range(10, 14))
+            steps, h = self.upload(c)
+        self.assertEqual(segs, [4])
+        self.assertEqual(steps, [10, 11, 12, 13])
+        self.assertNotIn("X-Laggard-Capture-Truncated", h)
+
+    def test_fork_mid_capture_child_never_records(self):
+        c = self.capturer(steps=2)
+        c.begin(10)
+        self.assertTrue(self.torch.autograd._profiler_enabled())
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: a DataLoader worker forked mid-step
+            try:
+                ok = (not self.torch.autograd._profiler_enabled() and not c.recording and c._forked
+                      and c._cur is None and c.plan is None)
+                c.offer({"id": "c10", "start_step": 0, "steps": 1})
+                c.begin(11)
+                c.end(11)
+                ok = ok and not self.torch.autograd._profiler_enabled() and not c._jobs and c._up_thread is None
+                os.write(w, b"ok" if ok else b"no")
+            finally:
+                os._exit(0)
+        os.close(w)
+        got = os.read(r, 2)
+        os.close(r)
+        os.waitpid(pid, 0)
+        self.assertEqual(got, b"ok")
+        self.assertTrue(self.torch.autograd._profiler_enabled())  # the parent records on
+        self.x = _ops(self.torch, self.x)
+        c.end(10)
+        self.run_steps(c, [11])
+        steps, _ = self.upload(c)
+        self.assertEqual(steps, [10, 11])
+
+    def test_close_on_the_training_thread_mid_step(self):
+        c = self.capturer(steps=5)
+        self.run_steps(c, [10])
+        c.begin(11)
+        self.x = _ops(self.torch, self.x)
+        steps, _ = self.upload(c)  # close() here ends step 11's range and uploads both
+        self.assertEqual(steps, [10, 11])
+
+    def test_close_from_another_thread_hands_over(self):
+        import threading
+        c = self.capturer(steps=50)
+        go, done = threading.Event(), threading.Event()
+        state = {}
+
+        def train():
+            step = 10
+            while not done.is_set():
+                c.begin(step)
+                self.x = _ops(self.torch, self.x)
+                c.end(step)
+                step += 1
+                if step == 12:
+                    go.set()
+                time.sleep(0.002)
+            state["on"] = self.torch.autograd._profiler_enabled()
+        t = threading.Thread(target=train)
+        t.start()
+        go.wait(5)
+        ok = c.close(5)  # main thread: the training thread ends the capture at its next boundary
+        done.set()
+        t.join()
+        self.assertTrue(ok)
+        self.assertFalse(state["on"])
+        (cid, _, body, h), = c._up_sink.posts
+        self.assertIsNotNone(body)
+        self.assertEqual(c.stats()["uploaded"], 1)
+
+    def test_close_from_another_thread_reports_when_training_is_gone(self):
+        import threading
+        c = self.capturer(steps=50)
+        parked, resume = threading.Event(), threading.Event()
+        state = {}
+
+        def train():
+            c.begin(10)
+            self.x = _ops(self.torch, self.x)
+            c.end(10)
+            c.begin(11)
+            parked.set()
+            resume.wait(10)  # stuck in a long step while close() runs
+            c.end(11)
+            state["on"] = self.torch.autograd._profiler_enabled()
+        t = threading.Thread(target=train)
+        t.start()
+        parked.wait(5)
+        self.assertTrue(c.close(0.4))  # touches no torch state on this thread
+        resume.set()
+        t.join()
+        self.assertFalse(state["on"])  # stopped by its own thread when it came back
+        (cid, _, body, h), = c._up_sink.posts
+        self.assertIsNone(body)
+        self.assertIn("closed from another thread", h["X-Laggard-Capture-Error"])
+        self.assertEqual((c.stats()["failed"], c.stats()["uploaded"]), (1, 0))
+        self.assertIsNone(c._cur)
+
+    def test_step_counter_going_back_ends_the_capture(self):
+        c = self.capturer(steps=5)
+        self.run_steps(c, [10, 11, 0])  # a new epoch restarts the count: 12.. never come
+        self.assertFalse(c.recording)
+        steps, _ = self.upload(c)
+        self.assertEqual(steps, [10, 11])
+        c = self.capturer(steps=5)
+        self.run_steps(c, [10])
+        c.begin(10 + 65)  # far past the sampled steps
+        self.assertFalse(c.recording)
+        self.assertTrue(c.close(5))
+
+    def test_keyboard_interrupt_turns_the_profiler_off(self):
+        c = self.capturer(steps=5)
+        self.run_steps(c, [10])
+        with mock.patch.object(self.torch.autograd.profiler, "record_function", side_effect=KeyboardInterrupt):
+            with self.assertRaises(KeyboardInterrupt):
+                c.begin(11)
+        self.assertFalse(self.torch.autograd._profiler_enabled())
+        self.assertFalse(c.recording)
+        self.assertIsNone(c._cur)
+        self.assertTrue(c.close(5))
+
+
+class FixesNoTorchTest(unittest.TestCase):
+    def test_unordered_heartbeats_are_dropped(self):
+        c = Capturer("job", directory=tempfile.mkdtemp())
+        c.attach(FakePollSink([(None, (100, 5, 6, 90)), (None, (100, 7, 6, 110)), (None, (100, 5, 6, 110))]), 0)
+        for _ in range(3):
+            c.poll()
+        self.assertEqual(c.heartbeats(), [[100, 5, 6, 110]])
+
+    def test_http_sink_drops_a_clock_step_back(self):
+        from laggard.sinks import HTTPSink
+        srv = FakeServer()
+        self.addCleanup(srv.close)
+        sink = HTTPSink(srv.url, "j")
+        clock = mock.Mock(wraps=time)
+        clock.time_ns.side_effect = [2_000, 1_000]  # stepped back mid-poll
+        with mock.patch("laggard.sinks.time", clock):
+            cap, hb = sink.poll_capture(0)
+        self.assertIsNone(hb)
+        cap, hb = sink.poll_capture(0)
+        self.assertIsNotNone(hb)
+        sink.close()
+
+    def test_sink_without_clone_is_not_attached(self):
+        class NoClone:
+            def poll_capture(self, rank):
+                return None, None
+        c = Capturer("job")
+        self.assertFalse(c.attach(NoClone(), 0))
+        self.assertFalse(c.attached)
+
+    def test_409_sends_no_error_report(self):
+        class Sink(FakePollSink):
+            def post_capture_trace(self, cid, rank, body, size, headers):
+                self.posts.append(body is not None)
+                raise ShipError("closed", status=409)
+        d = tempfile.mkdtemp()
+        c = Capturer("job", directory=d, backoff_s=0.01)
+        c.attach(Sink([]), 0)
+        seg = os.path.join(d, "s.json")
+        with open(seg, "w") as f:
+            json.dump([{"name": "ProfilerStep#1", "ph": "X", "ts": 1, "dur": 1}], f)
+        c._enqueue(("trace", "c1", [("file", seg, 1)], {"seg_steps": [1], "cut": 0}))
+        self.assertTrue(c.close(5))
+        self.assertEqual(c._up_sink.posts, [True])  # the trace only: no report that would 409 too
+        self.assertEqual(os.listdir(d), [])
+
+    def test_uploader_restarts_after_an_exiting_thread(self):
+        class Alive:
+            def is_alive(self):
+                return True  # an uploader that has decided to exit, not yet gone
+        c = Capturer("job", directory=tempfile.mkdtemp(), backoff_s=0.01)
+        c.attach(FakePollSink([]), 0)
+        c._up_thread = Alive()
+        c._report("c1", "x")
+        self.assertTrue(c.close(5))  # a new thread took the job
+        self.assertEqual(len(c._up_sink.posts), 1)
+
+    def test_sweep_removes_own_leftovers_of_dead_or_old_processes(self):
+        d = tempfile.mkdtemp()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)  # a pid that is gone
+        me, parent = os.getpid(), os.getppid()
+        names = {
+            "laggard-j-c1-rank0-%d-seg0.json" % pid: False,  # dead process: removed
+            "laggard-j-c1-rank0-%d.json.gz" % pid: False,
+            "laggard-a-b-c-c1-rank3-%d-seg2.json" % parent: True,  # live, recent: kept
+            "laggard-j-c2-rank1-%d.json.gz" % parent: False,  # live but old: removed
+            "laggard-j-c3-rank0-%d-seg0.json" % me: True,  # this process: kept
+            "notes-%d.json" % pid: True,  # not ours: kept
+            "laggard-j-c1-rank0-%d-seg0.json.bak" % pid: True,
+        }
+        for n in names:
+            with open(os.path.join(d, n), "w") as f:
+                f.write("x")
+        old = time.time() - 2 * 3600
+        os.utime(os.path.join(d, "laggard-j-c2-rank1-%d.json.gz" % parent), (old, old))
+        c = Capturer("job", directory=d)
+        c.attach(FakePollSink([]), 0)
+        c.offer({"id": "c5", "start_step": 0, "steps": 1})
+        self.assertEqual(sorted(os.listdir(d)), sorted(n for n, keep in names.items() if keep))
+        self.assertEqual(c.stats()["swept"], 3)
+        for n in os.listdir(d):
+            os.remove(os.path.join(d, n))
+        c.offer({"id": "c6", "start_step": 0, "steps": 1})  # once per directory and process
+        with open(os.path.join(d, "laggard-j-c1-rank0-%d-seg0.json" % pid), "w") as f:
+            f.write("x")
+        c2 = Capturer("job", directory=d)
+        c2.attach(FakePollSink([]), 0)
+        c2.offer({"id": "c7", "start_step": 0, "steps": 1})
+        self.assertEqual(len(os.listdir(d)), 1)
+
+
+class WriterCapTest(unittest.TestCase):
+    class Ev:
+        def __init__(self, name, start, dur):
+            self.v = (name, start, dur)
+
+        def name(self):
+            return self.v[0]
+
+        def start_us(self):
+            return self.v[1]
+
+        def duration_us(self):
+            return self.v[2]
+
+        def start_thread_id(self):
+            return 1
+
+    def steps(self, first, n, ops=3, t0=1_000_000):
+        out = []
+        for s in range(first, first + n):
+            t = t0 + (s - first) * 100
+            out.append(self.Ev("ProfilerStep#%d" % s, t, 50))
+            out += [self.Ev("aten::mm", t + 1 + i, 1) for i in range(ops)]
+        return out
+
+    def test_cut_at_a_step_boundary_and_counted(self):
+        out = tempfile.mktemp(suffix=".gz")
+        self.addCleanup(lambda: os.path.exists(out) and os.remove(out))
+        a = self.steps(1, 1)
+        b = self.steps(2, 3, t0=2_000_000)
+        c = self.steps(5, 2, t0=3_000_000)
+        info = {"seg_steps": [1, 3, 2]}
+        cap_mod.write_body(out, [("events", a, 1_000_000_000), ("events", b, 2_000_000_000),
+                                 ("events", c, 3_000_000_000)], max_events=11, info=info)
+        with gzip.open(out) as f:
+            got = json.loads(f.read())
+        self.assertEqual([e["name"] for e in got if e["name"].startswith("P")], ["ProfilerStep#1", "ProfilerStep#2"])
+        self.assertEqual(len(got), 8)  # two whole steps of 4 events; the third would make 12 > 11
+        self.assertEqual((info["dropped_steps"], info["events"]), (4, 8))
+        self.assertEqual(a, [])  # the writer emptied the lists it was given
+        with self.assertRaises(OSError):
+            cap_mod.write_body(out, [("events", self.steps(1, 1), 0)], max_events=2)
