@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,12 +216,18 @@ func TestStacksShippedPerJobAndSymbolsUploadedOnce(t *testing.T) {
 		{PID: me, Job: "job-a", Rank: 3, World: 4, LocalRank: 0},
 		{PID: 1 << 22, Job: "job-b", Rank: 3, World: 8, LocalRank: 1},
 	}
+	// job-b's slot as the agent numbers it: which slot a process gets is
+	// the agent's business (registration order), so the OS point below
+	// names the slot rankOf reported, not a fixed one.
+	var slotB atomic.Int64
+	slotB.Store(-1)
 	mk := func(rankOf func(int) (int, bool)) []*stack.Batch {
 		sa, ok1 := rankOf(me)
 		sb, ok2 := rankOf(1 << 22)
 		if !ok1 || !ok2 || sa == sb {
 			t.Errorf("rankOf: slots %d,%v %d,%v: want two distinct slots", sa, ok1, sb, ok2)
 		}
+		slotB.Store(int64(sb))
 		maps := []stack.Mapping{
 			{Start: 0x1000, Limit: 0x2000, BuildID: "00aa", Path: "/opt/other.so"},
 			{Start: 0x7f00_0000, Limit: 0x7f20_0000, BuildID: libID, Path: libPath},
@@ -238,17 +245,28 @@ func TestStacksShippedPerJobAndSymbolsUploadedOnce(t *testing.T) {
 	}
 	srv := newProfServer()
 	osrc := &fakeOS{pts: func() []osstat.Point {
-		return []osstat.Point{
-			{Name: osstat.SoftIRQs, Rank: -1, CPU: 2, Device: "NET_RX", Value: 100},
-			{Name: osstat.RunQueueWait, Rank: 1, CPU: -1, Value: 0.2}, // slot 1: job-b rank 3
+		pts := []osstat.Point{{Name: osstat.SoftIRQs, Rank: -1, CPU: 2, Device: "NET_RX", Value: 100}}
+		if sb := slotB.Load(); sb >= 0 {
+			pts = append(pts, osstat.Point{Name: osstat.RunQueueWait, Rank: int(sb), CPU: -1, Value: 0.2}) // job-b rank 3
 		}
+		return pts
 	}}
+	has := func(bs []*osstat.Batch, name string, rank int) bool {
+		for _, b := range bs {
+			for _, p := range b.Points {
+				if p.Name == name && p.Rank == rank {
+					return true
+				}
+			}
+		}
+		return false
+	}
 	startAgent(t, srv, Config{ProfileOn: true, OSOn: true}, &fakeProfiler{mk: mk}, osrc, reg)
-	waitFor(t, "stacks of both jobs, OS batches and the upload", func() bool {
+	waitFor(t, "stacks of both jobs, OS batches (with job-b's rank point) and the upload", func() bool {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
-		return len(srv.stacks["job-a"]) == 2 && len(srv.stacks["job-b"]) == 2 && len(srv.os["job-a"]) > 0 && len(srv.os["job-b"]) > 0 &&
-			len(srv.parts[libID]) == srv.nparts[libID] && srv.nparts[libID] > 0
+		return len(srv.stacks["job-a"]) == 2 && len(srv.stacks["job-b"]) == 2 && len(srv.os["job-a"]) > 0 &&
+			has(srv.os["job-b"], osstat.RunQueueWait, 3) && len(srv.parts[libID]) == srv.nparts[libID] && srv.nparts[libID] > 0
 	})
 	time.Sleep(100 * time.Millisecond) // room for a wrong second upload
 	srv.mu.Lock()
@@ -293,16 +311,6 @@ func TestStacksShippedPerJobAndSymbolsUploadedOnce(t *testing.T) {
 	}
 	// OS: node points to both jobs, the rank's point to its job with its
 	// rank, GPU 1 to local rank 1 (job-b rank 3).
-	has := func(bs []*osstat.Batch, name string, rank int) bool {
-		for _, b := range bs {
-			for _, p := range b.Points {
-				if p.Name == name && p.Rank == rank {
-					return true
-				}
-			}
-		}
-		return false
-	}
 	if !has(srv.os["job-a"], osstat.SoftIRQs, -1) || !has(srv.os["job-b"], osstat.SoftIRQs, -1) {
 		t.Error("node-level softirqs not sent to both jobs")
 	}
