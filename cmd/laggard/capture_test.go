@@ -257,8 +257,23 @@ func TestCaptureErrors(t *testing.T) {
 func TestCaptureWaitCancelled(t *testing.T) {
 	f, srv := newFakeCaptureServer(t)
 	f.states = []store.CaptureState{"recording"}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	// Interrupt once the wait has begun (the first status poll arrived),
+	// not after a fixed delay: on a busy machine the POST alone can take
+	// longer than any fixed delay.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			f.mu.Lock()
+			polled := f.gets > 0
+			f.mu.Unlock()
+			if polled {
+				cancel()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
 	var out, errb strings.Builder
 	code := run(ctx, []string{"capture", "-server", srv.URL, "-wait", "1h", "run42"}, &out, &errb)
 	if code != 1 || !strings.Contains(errb.String(), "goes on on the server: laggard capture -show c0123456789ab run42") {
