@@ -14,7 +14,7 @@ within --manual-after steps of the onset (the row says so), waits for the
 uploads, then reads GET …/kair, …/kair/timeline, …/report (StageFrontier)
 and …/greyhound and writes one JSON row to results/runs.jsonl.
 
-    sudo /usr/bin/python3 eval/kair/run.py                       # full matrix: 4 cases × {4,8} × seeds 1,2,3
+    sudo /usr/bin/python3 eval/kair/run.py                       # full matrix: 4 faults + control × {4,8} × seeds 1,2,3
     sudo /usr/bin/python3 eval/kair/run.py --cases slow_op --worlds 4 --seeds 1   # one run
     sudo /usr/bin/python3 eval/kair/run.py --dry-run --cases data --worlds 4      # demo + faults only, no server
     /usr/bin/python3 eval/kair/table.py                          # results/summary.md from runs.jsonl
@@ -26,6 +26,7 @@ Cases (hidden rank F = random.Random(seed*1009+world).randrange(world)):
                    --delay-ms before its gradient allreduce (late entry)
   data             demo --fault data: F sleeps --delay-ms after next(loader)
   slow_link        tc tbf --rate on both directions of F's veth from the onset
+  none             control: no fault; a manual capture at step --onset
 
 Needs root (namespaces, tc), ip/tc, /usr/bin/python3 with torch, go (or
 --laggard BIN). Namespaces, tc qdiscs, the proxy, the server and the ranks

@@ -18,6 +18,7 @@ CASES = {
 DAG_CATS = ("cpu_op", "gpu_kernel", "memcpy", "memset", "collective", "runtime", "other")
 STEP_PREFIX = "ProfilerStep#"
 TOL_NS = 2_000_000  # 2 ms: step-enter (time_ns) vs the trace's step start
+SLEEP_CASES = ("data", "late_collective")  # the injection is idle host time: a gap in profiled activity
 GAP_NEST_NS = 100_000  # ops nested in the first op after a gap and starting ≤ 0.1 ms after it
 
 
@@ -59,12 +60,13 @@ def truth_sets(case, events, intervals):
     dur  — instances whose own interval covers ≥ 50% of an injected
            interval (their duration carries the fault), ProfilerStep ranges
            excluded (they span every step on every rank);
-    gap  — when no op but step ranges covers an injected interval (a bare
-           sleep: data, an unenclosed comm-hook sleep): the first op on the
-           main lane that starts at or after the interval's end (− 2 ms),
-           i.e. the op the gap pushed late (ties: the outermost), with the
-           ops nested in it that start ≤ 0.1 ms after it (its first
-           children, which a blame edge may name instead);
+    gap  — for the sleep cases (data, late_collective: the injection is
+           idle host time, a gap in profiled activity even when an
+           enclosing range spans it): the first op on the main lane that
+           starts at or after the interval's end (− 2 ms), i.e. the op the
+           gap pushed late (ties: the outermost), with the ops nested in it
+           that start ≤ 0.1 ms after it (its first children, which a blame
+           edge may name instead);
     coll — the rank's collective instances (slow_link's truth).
     Each is a set of (cat, name, occ)."""
     inst = with_occurrence(events)
@@ -82,7 +84,7 @@ def truth_sets(case, events, intervals):
         cover = {(c, n, o) for c, n, o, s, e, _ in inst
                  if not n.startswith(STEP_PREFIX) and min(e, b) - max(s, a) >= need}
         dur |= cover
-        if not cover:
+        if case in SLEEP_CASES:
             after = [x for x in inst if x[5] == main and x[3] >= b - TOL_NS and not x[1].startswith(STEP_PREFIX)]
             if after:
                 # the first op (ties: the longest, i.e. the outermost) and
@@ -192,8 +194,14 @@ def stage3(report, case, rank, dur, gap, coll):
     nc = {n for _, n, _ in coll}
     causes = (report or {}).get("causes") or []
     top = causes[0] if causes else None
-    out = {"verdict": (report or {}).get("verdict"), "top": summarize_cause(top),
-           "top_class": classify_cause(case, rank, top, nd, ng, nc)}
+    verdict = (report or {}).get("verdict")
+    top_any = classify_cause(case, rank, top, nd, ng, nc)
+    # The report asserts its top cause only with verdict "culprit"; otherwise
+    # it withholds (inconclusive / none) and the top cause is not a claim.
+    out = {"verdict": verdict, "top": summarize_cause(top), "top_class_any": top_any,
+           "top_class": top_any if verdict == "culprit" else "withheld",
+           "top_name": None if not top else ("%s → %s" % (top.get("from"), top.get("name")) if top.get("kind") == "edge"
+                                             else top.get("name"))}
     per = []
     for sr in (report or {}).get("step_reports") or []:
         rc = sr.get("root_causes") or []

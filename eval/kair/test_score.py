@@ -62,6 +62,16 @@ class Truth(unittest.TestCase):
         self.assertEqual(score.expected_set("slow_link", dur, gap, coll), {("collective", "gloo:all_reduce", 0)})
         self.assertEqual(score.truth_sets("data", [], [(0, 1)]), (set(), set(), set()))
 
+    def test_late_collective_has_both_the_enclosing_op_and_the_gap(self):
+        # the comm hook's sleep runs inside AccumulateGrad's evaluate_function, between two child ops
+        evs = [ev("ProfilerStep#40", 0, 300), ev("autograd::engine::evaluate_function: AccumulateGrad", 10, 125),
+               ev("aten::copy_", 10.1, 1), ev("aten::empty_strided", 131.5, 0.01), ev("aten::add_", 140, 1)]
+        dur, gap, _ = score.truth_sets("late_collective", evs, [(11.2 * MS, 131.2 * MS)])
+        self.assertEqual(dur, {("cpu_op", "autograd::engine::evaluate_function: AccumulateGrad", 0)})
+        self.assertEqual(gap, {("cpu_op", "aten::empty_strided", 0)})
+        # the compute fault has no gap set
+        self.assertEqual(score.truth_sets("slow_op", evs, [(11.2 * MS, 131.2 * MS)])[1], set())
+
 
 class Stages(unittest.TestCase):
     def test_stage1(self):
@@ -131,6 +141,9 @@ class Stages(unittest.TestCase):
         rep["causes"].insert(0, {"kind": "op", "rank": 0, "name": "aten::select", "from_rank": -1})
         s = score.stage3(rep, "slow_op", 3, {("cpu_op", "aten::mm", 1)}, set(), set())
         self.assertEqual((s["top_class"], s["culprit_position"]), ("other_rank", 2))
+        rep["verdict"] = "inconclusive"  # a withheld report makes no claim
+        s = score.stage3(rep, "slow_op", 3, {("cpu_op", "aten::mm", 1)}, set(), set())
+        self.assertEqual((s["top_class"], s["top_class_any"]), ("withheld", "other_rank"))
 
     def test_side_by_side(self):
         sf = score.stagefrontier({"groups": [{"report": {"leader_rank": 3, "top1": "data.next_wait",

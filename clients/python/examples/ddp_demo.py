@@ -5,7 +5,7 @@ hidden-rank fault injection for the StageFrontier E3 routing test (§6.2).
     /usr/bin/python3 clients/python/examples/ddp_demo.py --world 4 --steps 60 \\
         --fault data --fault-rank 2 --delay-ms 120 --out /tmp/demo.jsonl
 
-Fault families (all host-side sleeps on the hidden rank, §6):
+Fault families (host-side sleeps on the hidden rank, §6; forward_compute is real compute):
   data           sleep inside data.next_wait after next(loader)
   forward_host   sleep inside the forward/loss stage
   backward       sleep inside the backward stage before loss.backward()

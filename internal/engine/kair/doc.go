@@ -88,10 +88,12 @@
 // invisible to cross-rank comparison (a slow link, congestion).
 //
 // Clock alignment in Run (RunConfig.Align "" = auto): offsets already
-// set on any trace are used as given; else collectives per rank where
-// their barrier constraints are consistent, heartbeats (made relative to
-// the lowest rank) for ranks they miss or contradict, else none; with no
-// collective shared at all, heartbeats against the server clock.
+// set on any trace are used as given; else, per rank, the tighter bound
+// of collectives (where their barrier constraints are consistent) and
+// heartbeats (made relative to the lowest rank) — a barrier interval is
+// as wide as the wait for the last member, so a late rank loosens it by
+// its own delay, while a poll round trip bounds the error to ~1 ms; with
+// no collective shared at all, heartbeats against the server clock.
 //
 // Collectives: a member's recorded duration includes waiting for the last
 // member to arrive — exactly the victim effect §III-B warns about

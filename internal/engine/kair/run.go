@@ -23,8 +23,8 @@ type RunConfig struct {
 	Rhythm RhythmConfig `json:"rhythm"`
 	Config Config       `json:"pinpoint"` // Stages 2–3
 	// Align is the clock method; "" = auto: given if any trace carries a
-	// ClockOffsetNS, else collectives where they are consistent, with
-	// heartbeats for the ranks they leave out, else none.
+	// ClockOffsetNS, else per rank the tighter of collectives (where
+	// consistent) and heartbeats, else none.
 	Align ClockMethod `json:"align"`
 	// Steps lists the steps Stages 2–3 run on; nil = choose (MaxSteps).
 	Steps []int64 `json:"steps,omitempty"`
@@ -312,19 +312,25 @@ func alignTraces(work []optrace.Trace, hb map[int][]Heartbeat, m ClockMethod) ([
 				est[j] = ClockEstimate{Rank: work[j].Rank, Method: ClockNone}
 			}
 		default:
-			// Collectives where consistent; heartbeats, made relative to
-			// the reference (lowest) rank, for the ranks they leave out
-			// or contradict.
+			// Per rank, the tighter of the two bounds: collectives where
+			// consistent, heartbeats (made relative to the reference, the
+			// lowest rank) where they are tighter or the collectives leave
+			// the rank out or contradict themselves. Both residuals are
+			// true bounds, so the smaller one is the better estimate: a
+			// collective's barrier interval is as wide as the wait for its
+			// last member — the injected delay itself when a rank is late
+			// — while a poll round trip is a millisecond.
 			ref, refOK := hbOf(0)
 			for j := range work {
 				est[j] = col[j]
-				if j == 0 || (col[j].Method == ClockCollectives && col[j].Violations == 0) || !refOK {
+				if j == 0 || !refOK {
 					continue
 				}
+				good := col[j].Method == ClockCollectives && col[j].Violations == 0
 				if e, ok := hbOf(j); ok {
 					off, ok1 := sub(e.OffsetNS, ref.OffsetNS)
 					res, ok2 := addSat(e.ResidualNS, ref.ResidualNS)
-					if ok1 && ok2 {
+					if ok1 && ok2 && (!good || res < col[j].ResidualNS) {
 						est[j] = ClockEstimate{Rank: e.Rank, Method: ClockHeartbeat, OffsetNS: off,
 							ResidualNS: res, Samples: e.Samples}
 					}

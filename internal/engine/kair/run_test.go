@@ -442,3 +442,28 @@ func TestRunMinShare(t *testing.T) {
 		t.Errorf("min_share 1.5 accepted: %v", err)
 	}
 }
+
+// Both alignments available: per rank the tighter bound wins. A late rank
+// widens every barrier interval by its delay; the poll round trips bound
+// the error to a few hundred ns here.
+func TestRunPrefersTighterClock(t *testing.T) {
+	base := simulateSteps(stepsUpTo(4), everyStep(4, func() []op { return richProgram(20, 20) }, func(_ int64, p [][]op) {
+		p[2][22].dur *= 20 // rank 2 late at the collective: loose barrier intervals
+	}))
+	skew := map[int]int64{1: 5_000_000, 2: -2_000_000}
+	tr := skewed(base, skew)
+	hb := map[int][]Heartbeat{}
+	for r := range 4 {
+		c := int64(1_000_000_000) + skew[r]
+		hb[r] = []Heartbeat{{c, c - skew[r] + 100, c - skew[r] + 150, c + 260}}
+	}
+	rep := mustRun(t, tr, hb, DefaultRunConfig())
+	for _, ce := range rep.Clock[1:] {
+		if ce.Method != ClockHeartbeat || absInt(ce.OffsetNS+skew[ce.Rank]) > ce.ResidualNS {
+			t.Errorf("rank %d: %+v, want the tighter heartbeat estimate of %d", ce.Rank, ce, -skew[ce.Rank])
+		}
+	}
+	if col, _ := AlignByCollectives(tr); col[2].ResidualNS <= rep.Clock[2].ResidualNS {
+		t.Errorf("scenario: collectives residual %d should be looser than the heartbeat's %d", col[2].ResidualNS, rep.Clock[2].ResidualNS)
+	}
+}
