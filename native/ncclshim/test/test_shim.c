@@ -471,8 +471,8 @@ static int t_fork(void)
  * locked (it inherited the fd and the mapping). */
 static int t_orphan(void)
 {
-	int pfd[2];
-	if (pipe(pfd) != 0)
+	int pfd[2], rdy[2];
+	if (pipe(pfd) != 0 || pipe(rdy) != 0)
 		return 1;
 	pid_t a = fork();
 	if (a == 0) {
@@ -481,13 +481,21 @@ static int t_orphan(void)
 		ncclAllReduce(NULL, NULL, 1, 7, 0, c, NULL);
 		pid_t b = fork();
 		if (b == 0) {
+			/* fork() returned here, so the shim's at-fork child handler
+			 * has run: tell the parent before it exits, or the check
+			 * below could run before this process let go of the lock. */
 			close(pfd[1]);
+			(void)!write(rdy[1], "r", 1);
 			char x;
 			(void)!read(pfd[0], &x, 1); /* live until the test is done */
 			_exit(0);
 		}
+		char r;
+		(void)!read(rdy[0], &r, 1);
 		_exit(0);
 	}
+	close(rdy[1]);
+	close(rdy[0]);
 	int st;
 	waitpid(a, &st, 0);
 	CHECK(ring_locked(a) == 0, "dead parent's ring still locked by its live child");
