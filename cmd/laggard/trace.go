@@ -271,19 +271,6 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-// ctxReader stops a long decode when the command is interrupted.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(b []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(b)
-}
-
 func loadTrace(ctx context.Context, path string, opt traceLoad, stderr io.Writer) (optrace.Trace, error) {
 	nameRank, nameOK, err := rankFromName(path)
 	if err != nil {
@@ -294,7 +281,7 @@ func loadTrace(ctx context.Context, path string, opt traceLoad, stderr io.Writer
 		return optrace.Trace{}, err
 	}
 	defer f.Close()
-	var r io.Reader = ctxReader{ctx, f}
+	var r io.Reader = f
 	var pr *progressReader
 	if fi, err := f.Stat(); err == nil && opt.progress && fi.Size() > progressMinBytes {
 		pr = &progressReader{r: r, name: filepath.Base(path), size: fi.Size(), w: stderr, tty: isTerminalWriter(stderr), start: time.Now()}
@@ -304,7 +291,7 @@ func loadTrace(ctx context.Context, path string, opt traceLoad, stderr io.Writer
 	// Newer Kineto writes relative ts and baseTimeNanoseconds after the
 	// events: ReadTrace applies it, as the server does, so ranks share the
 	// epoch time base before clock alignment (KAIR Feature 4).
-	t, meta, err := kineto.ReadTrace(r, kineto.ReadOptions{MaxEvents: opt.maxEvents})
+	t, meta, err := kineto.ReadTrace(r, kineto.ReadOptions{Ctx: ctx, MaxEvents: opt.maxEvents})
 	if pr != nil {
 		n := 0
 		if t != nil {

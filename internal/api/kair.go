@@ -556,7 +556,7 @@ func (a *API) decodeKineto(ctx context.Context, body io.Reader, rank int, base i
 		defer zr.Close()
 		// The inflated JSON is bounded too: a small gzip body may inflate
 		// to any size.
-		inflated := &capReader{r: ctxReader{ctx: ctx, r: zr}, n: a.d.MaxTraceBytes}
+		inflated := &capReader{r: zr, n: a.d.MaxTraceBytes}
 		ir := bufio.NewReaderSize(inflated, 64<<10)
 		if isGzip(ir) {
 			if inflated.over {
@@ -564,13 +564,13 @@ func (a *API) decodeKineto(ctx context.Context, body io.Reader, rank int, base i
 			}
 			return nil, signal.FieldErrorf("body", "gzip inside gzip: compress the trace JSON once")
 		}
-		t, err := a.decodeKinetoJSON(ir, rank, base)
+		t, err := a.decodeKinetoJSON(ctx, ir, rank, base)
 		if inflated.over {
 			return nil, fmt.Errorf("%w: more than %d bytes of JSON once inflated; capture fewer steps", laggardv1.ErrTooLarge, a.d.MaxTraceBytes)
 		}
 		return t, err
 	}
-	return a.decodeKinetoJSON(ctxReader{ctx: ctx, r: br}, rank, base)
+	return a.decodeKinetoJSON(ctx, br, rank, base)
 }
 
 // epochFloorNS: a trace whose events start before this (2001-09-09) is
@@ -594,26 +594,13 @@ func isGzip(br *bufio.Reader) bool {
 	return len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b
 }
 
-// ctxReader fails reads once ctx is done: an upload's decode stops when
-// its client goes away, even after the body was read whole (a gzip body
-// inflates long after).
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
-
-func (a *API) decodeKinetoJSON(src io.Reader, rank int, base int64) (*optrace.Trace, error) {
+// decodeKinetoJSON reads one rank's JSON; ctx stops the decode (even
+// after the body was read whole: a gzip body inflates long after).
+func (a *API) decodeKinetoJSON(ctx context.Context, src io.Reader, rank int, base int64) (*optrace.Trace, error) {
 	limit := a.d.MaxTraceEvents
 	// Stored StartNS are epoch ns on the rank's clock whenever the trace
 	// or the client says how (KAIR Feature 4: heartbeats then apply).
-	t, meta, err := kineto.ReadTrace(src, kineto.ReadOptions{MaxEvents: limit, BaseNS: base})
+	t, meta, err := kineto.ReadTrace(src, kineto.ReadOptions{Ctx: ctx, MaxEvents: limit, BaseNS: base})
 	switch {
 	case errors.Is(err, kineto.ErrTooManyEvents):
 		return nil, fmt.Errorf("%w: more than %d events in one rank's trace; capture fewer steps", laggardv1.ErrTooLarge, limit)

@@ -1,6 +1,7 @@
 package kineto
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,9 @@ type ReadOptions struct {
 	// MaxEvents bounds the events kept (memory: a few hundred bytes
 	// each); past it ReadTrace stops with ErrTooManyEvents. ≤ 0: no bound.
 	MaxEvents int
+	// Ctx, if set, stops a long decode once it is done (ReadTrace then
+	// fails with its error): an interrupted command, a client that left.
+	Ctx context.Context
 	// BaseNS is added to every timestamp when the trace has no
 	// baseTimeNanoseconds: the caller's epoch-ns estimate of ts 0 for
 	// profilers that write relative times (0: leave them).
@@ -37,6 +41,9 @@ type ReadOptions struct {
 // Meta.Rank (-1 when the file does not say; the caller decides).
 func ReadTrace(r io.Reader, opt ReadOptions) (*optrace.Trace, Meta, error) {
 	t := &optrace.Trace{Rank: -1}
+	if opt.Ctx != nil {
+		r = ctxReader{opt.Ctx, r}
+	}
 	meta, err := Decode(r, opt.Options, func(e *optrace.Event) error {
 		if opt.MaxEvents > 0 && len(t.Events) >= opt.MaxEvents {
 			return ErrTooManyEvents
@@ -68,4 +75,17 @@ func ReadTrace(r io.Reader, opt ReadOptions) (*optrace.Trace, Meta, error) {
 		}
 	}
 	return t, meta, nil
+}
+
+// ctxReader fails reads once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }

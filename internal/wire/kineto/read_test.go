@@ -1,6 +1,7 @@
 package kineto
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -54,5 +55,15 @@ func TestReadTrace(t *testing.T) {
 				t.Error("args kept without KeepArgs")
 			}
 		})
+	}
+}
+
+// A done context stops the decode with its error.
+func TestReadTraceContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _, err := ReadTrace(strings.NewReader(`[{"ph":"X","name":"aten::mm","pid":1,"tid":1,"ts":10,"dur":5}]`), ReadOptions{Ctx: ctx})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
 	}
 }
