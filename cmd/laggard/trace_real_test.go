@@ -48,19 +48,7 @@ func TestTraceRealCaptures(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
-			golden := filepath.Join(dir, "report.golden.txt")
-			if *updateTrace {
-				if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out != string(want) {
-				t.Errorf("text report differs from %s (rerun with -update-trace if intended):\n%s", golden, out)
-			}
+			checkTraceGolden(t, filepath.Join(dir, "report.golden.txt"), out)
 			code, out, errs = runCLI(t, append([]string{"trace", "--json"}, files...)...)
 			if code != 0 {
 				t.Fatalf("--json exit %d: %s", code, errs)

@@ -53,13 +53,10 @@ func TestTraceFixtureMatchesGenerator(t *testing.T) {
 // from distributedInfo and from names, gzip, baseTimeNanoseconds, clock
 // skew, kair.Run, text render) on the synthetic capture with a slow
 // backward kernel on rank 2.
-func TestTraceGolden(t *testing.T) {
-	files := traceFixture(t)
-	code, out, errs := runCLI(t, append([]string{"trace"}, files...)...)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	golden := filepath.Join(traceDir, "report.golden.txt")
+// checkTraceGolden compares a text report with its golden file
+// (rewritten first with -update-trace).
+func checkTraceGolden(t *testing.T, golden, out string) {
+	t.Helper()
 	if *updateTrace {
 		if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
 			t.Fatal(err)
@@ -72,6 +69,15 @@ func TestTraceGolden(t *testing.T) {
 	if out != string(want) {
 		t.Errorf("text report differs from %s (rerun with -update-trace if intended):\n%s", golden, out)
 	}
+}
+
+func TestTraceGolden(t *testing.T) {
+	files := traceFixture(t)
+	code, out, errs := runCLI(t, append([]string{"trace"}, files...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	checkTraceGolden(t, filepath.Join(traceDir, "report.golden.txt"), out)
 
 	code, out, errs = runCLI(t, append([]string{"trace", "--json"}, files...)...)
 	if code != 0 {
