@@ -76,11 +76,23 @@ type Need struct {
 	Job  string
 }
 
+// String is the scope that grants n, as a token file writes it. A need
+// for ingest to no particular job (a symbol upload: any ingest scope
+// will do) is "ingest", never "ingest:" with an empty job.
 func (n Need) String() string {
-	if n.Kind == Ingest {
+	if n.Kind == Ingest && n.Job != "" {
 		return "ingest:" + signal.Clip(n.Job)
 	}
 	return n.Kind.String()
+}
+
+// Describe is n for an error message: "scope ingest:j", or for ingest to
+// any job "an ingest scope (ingest:JOB for any job, or ingest)".
+func (n Need) Describe() string {
+	if n.Kind == Ingest && n.Job == "" {
+		return "an ingest scope (ingest:JOB for any job, or ingest)"
+	}
+	return "scope " + n.String()
 }
 
 // Allows reports whether the scope grants n.

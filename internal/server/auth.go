@@ -216,7 +216,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, pattern strin
 	}
 	s.am.failures.WithLabelValues("scope").Inc()
 	w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="laggard", error="insufficient_scope", scope=%q`, need.String()))
-	s.refuse(w, r, http.StatusForbidden, fmt.Sprintf("token %q lacks scope %s (it has %s)", signal.Clip(p.Name), need, p.ScopeList()),
+	s.refuse(w, r, http.StatusForbidden, fmt.Sprintf("token %q lacks %s (it has %s)", signal.Clip(p.Name), need.Describe(), p.ScopeList()),
 		"reason", "scope", "token", p.Name)
 	return false
 }

@@ -183,6 +183,35 @@ func TestD3_ForbiddenNamesScope(t *testing.T) {
 	}
 }
 
+// TestForbiddenNeverNamesAnEmptyScope (issue 16 item 12): a route that
+// needs ingest for no particular job (a symbol upload) refused a read
+// token with "lacks scope ingest:" — an empty job. Every 403 names a scope
+// a token file can grant.
+func TestForbiddenNeverNamesAnEmptyScope(t *testing.T) {
+	_, ts := start(t, newMemStore(), Config{Access: Access{Tokens: testTokens(t)}})
+	for _, c := range []call{
+		{method: "HEAD", path: "/api/v1/symbols/0123456789abcdef"},
+		{method: "POST", path: "/api/v1/symbols/0123456789abcdef", ctype: "application/octet-stream", body: []byte("x")},
+	} {
+		c.token = tokRead
+		r := c.do(t, ts.URL)
+		if r.status != 403 {
+			t.Fatalf("%s %s with a read token: %d, want 403", c.method, c.path, r.status)
+		}
+		www := r.header.Get("WWW-Authenticate")
+		if !strings.Contains(www, `scope="ingest"`) {
+			t.Errorf("%s %s: WWW-Authenticate %q, want scope=\"ingest\"", c.method, c.path, www)
+		}
+		if c.method == "HEAD" {
+			continue // no body
+		}
+		e := r.errBody(t).Error
+		if strings.Contains(e, "ingest: ") || strings.Contains(e, "ingest:(") || !strings.Contains(e, "an ingest scope") {
+			t.Errorf("%s %s: 403 %q names an empty scope, want \"an ingest scope …\"", c.method, c.path, e)
+		}
+	}
+}
+
 func grep(b []byte, s string) string {
 	var out []string
 	for _, l := range strings.Split(string(b), "\n") {
