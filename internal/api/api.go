@@ -94,6 +94,7 @@ type Deps struct {
 type API struct {
 	d       Deps
 	uploads chan struct{} // KAIR trace decode slots (kair.go)
+	errLog  errorLog      // throttles the WARN lines of server-side failures
 }
 
 // New returns the API over d.
@@ -157,7 +158,13 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, status int, err error
 		w.Header().Set("Retry-After", retryAfterDiskFull) // D7: 507, retry once space is freed
 	}
 	if status >= 500 {
-		a.d.Log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		// Throttled: a condition that fails every request (a full disk:
+		// 507 to every post) must not write a line per request.
+		// laggard_http_requests_total{code} counts every one.
+		a.errLog.note(status, func(missed int) {
+			a.d.Log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err,
+				"same_status_since_last_log", missed)
+		})
 	} else {
 		a.d.Log.Debug("request rejected", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}

@@ -35,7 +35,7 @@ type Metrics struct {
 	calls                  *prometheus.CounterVec // collective calls, by job, encoding
 	rejected               *prometheus.CounterVec // by reason
 	reportSeconds          prometheus.Histogram
-	shedLog                shedLog
+	shedLog                throttle
 	stacks                 stackMetrics // SysOM-AI ingest (stacks.go)
 	kair                   kairMetrics  // KAIR trace uploads (kair.go)
 }
@@ -100,26 +100,60 @@ func (m *Metrics) countCalls(job, encoding string, calls int, bytes int64) {
 	m.bytes.WithLabelValues(job, encoding).Add(float64(bytes))
 }
 
-// noteShed logs shedding at most every shedLogEvery: under overload every
+// noteShed logs shedding at most every logEvery: under overload every
 // request would otherwise log, making the overload worse.
-func (m *Metrics) noteShed(log *slog.Logger, job string, depth int) { m.shedLog.note(log, job, depth) }
+func (m *Metrics) noteShed(log *slog.Logger, job string, depth int) {
+	m.shedLog.note(func(missed int) {
+		log.Warn("ingest queue full, shedding with 429", "job", job, "queue_depth", depth, "shed_since_last_log", missed+1)
+	})
+}
 
-type shedLog struct {
+// throttle runs a log call at most once every logEvery and counts the
+// calls it skipped in between, which the next one reports: a condition
+// that fails every request (a full disk answering 507 to each post, an
+// overloaded queue) logs a line every 10 s saying how many it stood for,
+// not a line per request (issue 16: 1,211 WARN lines in 10 s).
+type throttle struct {
 	mu     sync.Mutex
 	last   time.Time
 	missed int
 }
 
-const shedLogEvery = 10 * time.Second
+const logEvery = 10 * time.Second
 
-func (l *shedLog) note(log *slog.Logger, job string, depth int) {
+// note calls emit with the number of calls skipped since the last one,
+// or skips this one.
+func (l *throttle) note(emit func(missed int)) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	now := time.Now()
-	if now.Sub(l.last) < shedLogEvery {
+	if !l.last.IsZero() && now.Sub(l.last) < logEvery {
 		l.missed++
+		l.mu.Unlock()
 		return
 	}
-	log.Warn("ingest queue full, shedding with 429", "job", job, "queue_depth", depth, "shed_since_last_log", l.missed+1)
+	missed := l.missed
 	l.last, l.missed = now, 0
+	l.mu.Unlock()
+	emit(missed)
+}
+
+// errorLog throttles the WARN lines of failed requests per status: each
+// status (500, 503, 507) logs at most one line per logEvery.
+type errorLog struct {
+	mu sync.Mutex
+	by map[int]*throttle
+}
+
+func (e *errorLog) note(status int, emit func(missed int)) {
+	e.mu.Lock()
+	if e.by == nil {
+		e.by = map[int]*throttle{}
+	}
+	t := e.by[status]
+	if t == nil {
+		t = &throttle{}
+		e.by[status] = t
+	}
+	e.mu.Unlock()
+	t.note(emit)
 }

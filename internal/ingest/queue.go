@@ -76,6 +76,12 @@ type Config struct {
 	// Writers is the number of concurrent group commits (2); one job's
 	// requests are never in two at once, so each job's order holds.
 	Writers int
+	// Shared, if set, tells a commit error that would fail every request
+	// alike (the store refuses all writes: a full disk) from one that may
+	// be one request's fault. A failed group commit is retried request by
+	// request, so that one bad request does not fail the others, unless
+	// its error is shared: then each request gets it at once.
+	Shared func(error) bool
 }
 
 func (c *Config) setDefaults() {
@@ -159,6 +165,10 @@ type Queue[T any] struct {
 	reqs   int   // waiting requests
 	jobs   map[string]*jobQueue[T]
 	ring   []string // jobs with waiting requests, in service order
+
+	retryMu     sync.Mutex // throttles logRetry
+	retryLogged time.Time
+	retryMissed int
 
 	wake    chan struct{} // buffered(1): work arrived, a job became free, or the queue closed
 	done    chan struct{}
@@ -454,10 +464,10 @@ func (q *Queue[T]) commitGroup(group []*Request[T]) {
 		}
 		q.m.commitBytes.Observe(float64(b))
 	}
-	if err != nil && len(group) > 1 {
+	if err != nil && len(group) > 1 && (q.cfg.Shared == nil || !q.cfg.Shared(err)) {
 		// One bad request (say, its job vanished) must not fail the
 		// requests it happened to share a commit with.
-		q.log.Warn("group commit failed, committing requests one by one", "requests", len(group), "err", err)
+		q.logRetry(len(group), err)
 		for _, r := range group {
 			q.commitGroup([]*Request[T]{r})
 		}
@@ -466,6 +476,23 @@ func (q *Queue[T]) commitGroup(group []*Request[T]) {
 	for _, r := range group {
 		r.done <- err
 	}
+}
+
+// logRetry logs a group commit retried request by request, at most once
+// every 10 s (with how many it stands for): a client that conflicts with
+// its stored data on every post must not write a line per commit.
+func (q *Queue[T]) logRetry(n int, err error) {
+	q.retryMu.Lock()
+	now := time.Now()
+	if !q.retryLogged.IsZero() && now.Sub(q.retryLogged) < 10*time.Second {
+		q.retryMissed++
+		q.retryMu.Unlock()
+		return
+	}
+	missed := q.retryMissed
+	q.retryLogged, q.retryMissed = now, 0
+	q.retryMu.Unlock()
+	q.log.Warn("group commit failed, committing requests one by one", "requests", n, "err", err, "same_since_last_log", missed)
 }
 
 // Metrics are the queue's Prometheus metrics.

@@ -259,6 +259,45 @@ func TestGroupFailureIsolated(t *testing.T) {
 	}
 }
 
+// A shared error (Config.Shared: the store refuses every write) fails the
+// whole group at once: no retry request by request, which would try every
+// write again only to fail it again.
+func TestGroupFailureShared(t *testing.T) {
+	errFull := errors.New("disk full")
+	var mu sync.Mutex
+	commits := 0
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 16)
+	q := New(Config{Shared: func(err error) bool { return errors.Is(err, errFull) }}, func(reqs []*Request[string]) error {
+		entered <- struct{}{}
+		<-gate
+		mu.Lock()
+		commits++
+		mu.Unlock()
+		return errFull
+	}, nil, nil)
+	t.Cleanup(q.Close)
+	held, _ := q.Submit("j", "held", 1, 1)
+	<-entered
+	a, _ := q.Submit("j", "a", 1, 1)
+	b, _ := q.Submit("j", "b", 1, 1)
+	close(gate)
+	go func() {
+		for range entered {
+		}
+	}()
+	for _, d := range []<-chan error{held, a, b} {
+		if err := <-d; !errors.Is(err, errFull) {
+			t.Errorf("request: %v, want the shared error", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if commits != 2 {
+		t.Errorf("%d commits for one request and a group of two failing alike, want 2 (no retry one by one)", commits)
+	}
+}
+
 func TestCloseDrains(t *testing.T) {
 	g := &gatedCommit{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 	q, _ := newTestQueue(t, Config{}, g)

@@ -36,7 +36,9 @@ func openStore(t testing.TB, dir string) *store.Store {
 // closed at cleanup (the server first, draining its queue).
 func start(t testing.TB, st Store, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
-	cfg.Logger = quiet
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
 	if cfg.Detect.Interval == 0 {
 		cfg.Detect.Interval = -1 // tests drive the evaluation with EvaluateOnce
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -72,6 +73,67 @@ func TestD7_DiskFull507(t *testing.T) {
 	}
 	if v := metric(t, ts.URL, "laggard_store_disk_full"); v != "0" {
 		t.Fatalf("laggard_store_disk_full %s after recovery, want 0", v)
+	}
+}
+
+// syncBuffer is a log sink for a server under test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Issue 16 item 12: while every write answers 507, /healthz said "ok" and
+// each 507 logged its own WARN line (1,211 in 10 s). Now /healthz answers
+// "degraded" (still 200: reads work and a restart frees no disk), the
+// WARN lines are throttled with a count of the ones they stand for, and
+// both recover with the disk.
+func TestDiskFull_HealthzDegradedAndWarnThrottled(t *testing.T) {
+	fs := &freeSpace{}
+	fs.n.Store(1 << 40)
+	st := openStoreOpts(t, t.TempDir(), store.Options{MinFreeBytes: 1 << 30, FreeSpace: fs.fn})
+	var logs syncBuffer
+	_, ts := start(t, st, Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	register(t, ts.URL, testJob("j", 2), http.StatusCreated)
+	health := func() resp {
+		t.Helper()
+		return do(t, "GET", ts.URL+"/healthz", "", nil)
+	}
+	if r := health(); r.status != 200 || string(r.body) != "ok\n" {
+		t.Fatalf("healthz with space: %d %q", r.status, r.body)
+	}
+	fs.n.Store(100 << 20)
+	time.Sleep(1100 * time.Millisecond) // the free-space reading is cached for 1 s
+	const posts = 50
+	for i := range posts {
+		r := do(t, "POST", ts.URL+"/api/v1/jobs/j/vectors", jsonType, jsonBatch(t, vectors(2, int64(i), int64(i+1))))
+		if r.status != http.StatusInsufficientStorage {
+			t.Fatalf("post %d on a full disk: %d %s", i, r.status, r.body)
+		}
+	}
+	r := health()
+	if r.status != 200 || !strings.HasPrefix(string(r.body), "degraded: ") || !strings.Contains(string(r.body), "disk full") ||
+		r.header.Get("Laggard-Health") != "degraded" {
+		t.Errorf("healthz while writes get 507: %d %q %q, want 200 \"degraded: … disk full …\"", r.status, r.body, r.header.Get("Laggard-Health"))
+	}
+	if n := strings.Count(logs.String(), `msg="request failed"`); n != 1 {
+		t.Errorf("%d posts answered 507 logged %d WARN lines, want 1 (throttled):\n%s", posts, n, logs.String())
+	}
+	fs.n.Store(1 << 40)
+	time.Sleep(1100 * time.Millisecond)
+	if r := health(); string(r.body) != "ok\n" {
+		t.Errorf("healthz once space returned: %q, want ok", r.body)
 	}
 }
 

@@ -180,7 +180,9 @@ func New(cfg Config, st Store) (*Server, error) {
 	// One queue for every signal kind (ingest.Item): one byte budget, one
 	// FIFO per job, shared group commits.
 	s.vectors = ingest.New(ingest.Config{MaxRequests: cfg.QueueDepth, MaxBytes: cfg.QueueBytes,
-		MaxCommitRequests: cfg.MaxCommitBatches, MaxCommitItems: cfg.MaxCommitVectors},
+		MaxCommitRequests: cfg.MaxCommitBatches, MaxCommitItems: cfg.MaxCommitVectors,
+		// A full disk fails every request alike: no one-by-one retry.
+		Shared: func(err error) bool { return errors.Is(err, store.ErrDiskFull) }},
 		api.Commit(st), s.log, qm)
 	cat := catalog.New(st)
 	s.analyzer = analysis.New(st, cfg.Analysis)
@@ -235,10 +237,7 @@ func New(cfg Config, st Store) (*Server, error) {
 	// Routes outside api.Register declare what they need with s.handle
 	// (api.Register's routes are listed in routeAccess).
 	s.handle(mux, "GET /metrics", needRead, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	s.handle(mux, "GET /healthz", public, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "ok")
-	}))
+	s.handle(mux, "GET /healthz", public, s.healthz(st))
 	ui := cfg.UI
 	if ui == nil {
 		ui = http.HandlerFunc(plainIndex)
@@ -371,6 +370,36 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { s.stopLifecycle(); s.vectors.Close(); s.closeSysom() })
 	return nil
+}
+
+// writeHealth is the optional store method /healthz asks; *store.Store
+// implements it.
+type writeHealth interface {
+	// WriteError is nil while writes are accepted.
+	WriteError() error
+}
+
+// healthz answers 200 "ok", or 200 "degraded: <why>" while the store
+// refuses every write (a full disk: ingest answers 507) but reads work.
+// Still 200: the process is alive and serving reads, and a restart would
+// not free disk space, so liveness and readiness probes must not fail on
+// it; alert on the body, the Laggard-Health header or
+// laggard_store_disk_full.
+func (s *Server) healthz(st Store) http.Handler {
+	wh, _ := st.(writeHealth)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if wh != nil {
+			if err := wh.WriteError(); err != nil {
+				w.Header().Set("Laggard-Health", "degraded")
+				fmt.Fprintf(w, "degraded: writes are refused (ingest answers 507), reads work: %v\n", err)
+				return
+			}
+		}
+		w.Header().Set("Laggard-Health", "ok")
+		fmt.Fprintln(w, "ok")
+	})
 }
 
 func plainIndex(w http.ResponseWriter, r *http.Request) {

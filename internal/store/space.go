@@ -169,6 +169,19 @@ func (g *spaceGuard) state() (free int64, full bool) {
 	return g.avail, g.full
 }
 
+// WriteError is nil while the store accepts writes, else why every write
+// is refused: the disk is below the free-space reserve, the store is
+// read-only after starting on a full disk, or a write broke Pebble. The
+// server's /healthz reports it as "degraded" (reads keep working). Like a
+// write, it starts reopening a read-only store once space is back.
+func (s *Store) WriteError() error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.life.RUnlock()
+	return s.writable(0)
+}
+
 // isNoSpace reports whether err (or a recovered panic value) is the
 // filesystem running out of space.
 func isNoSpace(v any) bool {
