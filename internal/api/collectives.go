@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/laggard-dev/laggard/internal/catalog"
 	"github.com/laggard-dev/laggard/internal/signal"
@@ -73,8 +74,10 @@ func (a *API) ingestCollectives(w http.ResponseWriter, r *http.Request) {
 	}
 	var b *collective.Batch
 	n, ok := a.readGated(w, r, id, func(body []byte) (err error) {
-		b, err = decode(body, world)
-		return err
+		if b, err = decode(body, world); err != nil {
+			return err
+		}
+		return b.CheckClock(time.Now().UnixNano()) // one time rule for every signal
 	})
 	if !ok {
 		return

@@ -323,23 +323,16 @@ func (a *API) importProfile(rw http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// MaxImportSkewNS is how far past the server's clock an imported
-// profile may start: a future timestamp would become every report's
-// "latest" window.
-const MaxImportSkewNS = int64(5 * 60 * 1e9)
+// MaxImportSkewNS is how far past the server's clock a window may start
+// (signal.MaxClockSkewNS, the rule every signal shares).
+const MaxImportSkewNS = signal.MaxClockSkewNS
 
-// checkImportWindow bounds an imported profile's window: at most
-// store.MaxWindowNS long (scans look back the longest stored window)
-// and not starting in the future.
+// checkImportWindow is the time rule every signal shares
+// (signal.CheckWindow): a window within [2000, now + 5 min] spanning at
+// most store.MaxWindowNS (1 h), applied to imported profiles and to the
+// agents' stack and OS-stat windows alike.
 func checkImportWindow(start, end, nowNS int64) error {
-	if end-start > store.MaxWindowNS {
-		return signal.FieldErrorf("end_ns", "the profile's window [start_ns=%d, end_ns=%d] spans %d ns, more than the %d ns (1 h) one import may cover: import it in parts",
-			start, end, end-start, store.MaxWindowNS)
-	}
-	if start > nowNS+MaxImportSkewNS {
-		return signal.FieldErrorf("start_ns", "%d is in the future (server clock %d ns)", start, nowNS)
-	}
-	return nil
+	return signal.CheckWindow(start, end, nowNS)
 }
 
 // postStacks is the shared body of the stack and profile posts. decErr
@@ -365,6 +358,9 @@ func (a *API) postStacks(w *shedWriter, r *http.Request, kind, encoding string, 
 			}
 		}
 		if b, err = decode(body, world); err != nil {
+			return err
+		}
+		if err := checkImportWindow(b.StartNS, b.EndNS, time.Now().UnixNano()); err != nil {
 			return err
 		}
 		for i := range b.Samples { // agents ship registered ranks: they must lie in the job
@@ -471,6 +467,9 @@ func (a *API) ingestOSStats(rw http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if b, err = decode(body); err != nil {
+			return err
+		}
+		if err := checkImportWindow(b.StartNS, b.EndNS, time.Now().UnixNano()); err != nil {
 			return err
 		}
 		for i := range b.Points {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/osstat"
 	"github.com/laggard-dev/laggard/internal/signal/stack"
 )
@@ -45,7 +46,7 @@ const (
 	// job's longest stored window for records overlapping their start,
 	// so one long import would make every scan walk that far (agent
 	// windows are 5 s; an imported profile is cut into ≤ 1 h windows).
-	MaxWindowNS = int64(3600 * 1e9)
+	MaxWindowNS = signal.MaxWindowNS
 )
 
 // stackEnc is the reusable state of encoding one batch's records.

@@ -192,9 +192,11 @@ const (
 	MaxBytes = int64(1) << 44
 	// MaxSeq bounds a sequence number: 2^48.
 	MaxSeq = int64(1) << 48
-	// MinNS / MaxNS bound timestamps: 2000-01-01 .. 2200-01-01.
-	MinNS = int64(946_684_800) * 1e9
-	MaxNS = int64(7_258_118_400) * 1e9
+	// MinNS / MaxNS bound timestamps: 2000-01-01 .. 2200-01-01 (the
+	// rule every signal shares, signal.CheckTime; ingest also refuses
+	// times past its clock's, CheckClock).
+	MinNS = signal.MinTimeNS
+	MaxNS = signal.MaxTimeNS
 	// MaxDurationNS bounds return−enter and dev_end−dev_start: one day.
 	MaxDurationNS = int64(86_400) * 1e9
 	// MaxIDLen bounds a communicator id and a dtype name.
@@ -246,6 +248,28 @@ func (c *Call) Validate(world int) error {
 	}
 	if c.Step < -1 || c.Step > MaxSeq {
 		return signal.FieldErrorf("step", "must be -1 or in [0, %d], got %d", MaxSeq, c.Step)
+	}
+	return nil
+}
+
+// CheckClock applies the shared time rule's clock bound (signal.CheckTime)
+// to every call's timestamps: none may lie more than
+// signal.MaxClockSkewNS past nowNS. Validate checks the rest; this is
+// separate because it needs the server's clock.
+func (b *Batch) CheckClock(nowNS int64) error {
+	for i := range b.Calls {
+		c := &b.Calls[i]
+		for _, f := range []struct {
+			name string
+			ns   int64
+		}{{"enter_ns", c.EnterNS}, {"return_ns", c.ReturnNS}, {"dev_start_ns", c.DevStartNS}, {"dev_end_ns", c.DevEndNS}} {
+			if f.ns == 0 && f.name[0] == 'd' {
+				continue // no device bracket
+			}
+			if err := signal.CheckTime(f.name, f.ns, nowNS); err != nil {
+				return inRecord("calls", i, err)
+			}
+		}
 	}
 	return nil
 }
