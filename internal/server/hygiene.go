@@ -198,11 +198,100 @@ func (s *Server) deadlines(w http.ResponseWriter, r *http.Request) http.Response
 			r.Body = b
 		}
 	}
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		// Last, so the drain reads through the deadlines above.
+		d := &drainBody{ReadCloser: r.Body}
+		r.Body = d
+		out := w
+		if wok {
+			out = dw
+		}
+		return &drainWriter{ResponseWriter: out, r: r, body: d, limit: max(maxDrain, s.cfg.MaxBodyBytes)}
+	}
 	if !wok {
 		return w // not supported by this connection (a test recorder)
 	}
 	return dw
 }
+
+// maxDrain is how much of an unread body the server reads and discards
+// before an early answer (see drainWriter), at least: -max-body when it
+// is larger.
+const maxDrain = int64(64) << 20
+
+// drainBody counts what the handler read of a body and whether it saw
+// the end.
+type drainBody struct {
+	io.ReadCloser
+	n   int64
+	eof bool
+}
+
+func (b *drainBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+// drainWriter reads the rest of an unread request body, up to limit
+// bytes, before the response's header goes out. Why: a handler that
+// answers early — 413 past the size limit, 429 before the body is read,
+// 401/403/404/415 — left the body unread, and net/http then closes the
+// connection with the client still sending. A client that sends its
+// whole body before it reads the answer (Python's http.client, so the
+// laggard client) got ConnectionResetError instead of the status and its
+// message (issue 16 item 12). The drain reads through the body deadline,
+// so a trickling client is still cut off; a body whose remaining
+// declared length exceeds limit is not read (the connection is closed, as
+// before), and nor is one whose client waits for "100 Continue" before
+// sending it.
+type drainWriter struct {
+	http.ResponseWriter
+	r       *http.Request
+	body    *drainBody
+	limit   int64
+	drained bool
+}
+
+func (w *drainWriter) drain() {
+	if w.drained {
+		return
+	}
+	w.drained = true
+	b := w.body
+	if b.eof {
+		return
+	}
+	if b.n == 0 && strings.EqualFold(w.r.Header.Get("Expect"), "100-continue") {
+		return // the client has not sent the body and will not
+	}
+	if w.r.ContentLength > 0 && w.r.ContentLength-b.n > w.limit {
+		return // too much to read: the connection closes
+	}
+	_, _ = io.CopyN(io.Discard, b, w.limit+1)
+}
+
+func (w *drainWriter) WriteHeader(code int) {
+	w.drain()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *drainWriter) Write(p []byte) (int, error) {
+	w.drain()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *drainWriter) Flush() {
+	w.drain()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *drainWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // allowance returns the deadline after n bytes.
 func allowance(start time.Time, fixed time.Duration, n, rate int64) time.Time {
