@@ -237,7 +237,9 @@ func TestD5_HugeStoredValuesLeftOut(t *testing.T) {
 	huge[1].Durations[1], huge[1].Durations[2] = 1e308, 1e308
 	huge[1].WallMS = math.MaxFloat64
 	huge[2].WallMS = 1e308
-	st := storedJob(t, d.Job("j"), vs, huge)
+	// Stored in place of the last three (a re-sent cell with other
+	// values is refused, issue 16).
+	st := storedJob(t, d.Job("j"), vs[:len(vs)-3], huge)
 	for _, req := range []Request{{}, {Last: 5}, {From: ptr(0)}, {Last: 1}} {
 		req.Job = "j"
 		rep, err := New(st, Limits{}).Run(context.Background(), req)

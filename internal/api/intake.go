@@ -61,6 +61,14 @@ func Commit(st Committer) ingest.Commit[*ingest.Item] {
 		var sb []store.StackBatch
 		var ob []store.OSStatBatch
 		var sreqs, oreqs []*ingest.Item
+		for _, r := range reqs {
+			if r.Payload.Parts.Refused() {
+				// A part after a refused one: refused too. In a group,
+				// fail the group: the queue then commits its requests
+				// one by one and only this one gets the error.
+				return ingest.ErrPartRefused
+			}
+		}
 		mu.Lock()
 		for _, r := range reqs {
 			if stored[r.Payload] {
@@ -140,6 +148,9 @@ func Commit(st Committer) ingest.Commit[*ingest.Item] {
 			}
 			mu.Unlock()
 		}
+		if err != nil && len(reqs) == 1 {
+			reqs[0].Payload.Parts.Refuse() // this request's own failure
+		}
 		return err
 	}
 }
@@ -213,6 +224,24 @@ type part struct {
 	item  *ingest.Item
 	items int
 	first int
+	// orig, if set, maps a record's index in the part to its index in the
+	// posted batch (a part whose records were reordered: stackParts);
+	// else that index is first + the index in the part.
+	orig []int
+}
+
+// batchField renames a field path the store gave within the part
+// ("samples[4].count") to the posted batch's ("samples[4100].count").
+func (p part) batchField(field, what string) string {
+	if p.orig == nil {
+		return shiftIndex(field, what, p.first)
+	}
+	return mapIndex(field, what, func(i int) int {
+		if i >= 0 && i < len(p.orig) {
+			return p.orig[i]
+		}
+		return i
+	})
 }
 
 // commitParts queues a batch's parts and waits until every one is
@@ -227,7 +256,12 @@ func (a *API) commitParts(w http.ResponseWriter, r *http.Request, job, what stri
 		total += p.items
 	}
 	dones := make([]<-chan error, 0, len(parts))
+	var shared *ingest.Parts
+	if len(parts) > 1 {
+		shared = &ingest.Parts{}
+	}
 	for _, p := range parts {
+		p.item.Parts = shared
 		done, err := a.d.Vectors.Submit(job, p.item, p.items, bodyN*int64(p.items)/int64(max(total, 1)))
 		switch {
 		case errors.Is(err, ingest.ErrFull):
@@ -250,17 +284,26 @@ func (a *API) commitParts(w http.ResponseWriter, r *http.Request, job, what stri
 		}
 		var fe *signal.FieldError
 		var ce *signal.ConflictError
+		resent := errors.Is(err, store.ErrConflict)
 		if err != nil && len(dones) > 1 {
 			// The store names records within the part: name them in the
 			// batch ("calls[4100].pid", not "calls[4].pid").
-			if errors.As(err, &fe) {
-				err = &signal.FieldError{Field: shiftIndex(fe.Field, what, parts[i].first), Msg: fe.Msg}
-			} else {
+			switch {
+			case errors.As(err, &ce):
+				err = &signal.ConflictError{Field: parts[i].batchField(ce.Field, what), Msg: ce.Msg + fmt.Sprintf(
+					" (this batch went to the store in %d parts of at most %d records; parts before the one refused, records [0, %d), may be stored: resend the batch without the conflicting record, and they are duplicates)",
+					len(parts), parts[0].items, parts[i].first)}
+			case errors.As(err, &fe):
+				err = &signal.FieldError{Field: parts[i].batchField(fe.Field, what), Msg: fe.Msg}
+			default:
 				err = fmt.Errorf("%s from index %d: %w", what, parts[i].first, err)
 			}
 		}
 		switch {
-		case errors.As(err, &ce): // 409: a communicator report contradicting the stored one
+		case errors.As(err, &ce): // 409: a re-sent record that differs from the stored one, or a communicator report contradicting the stored one
+			if resent {
+				a.d.Metrics.noteConflict(a.d.Log, job, what, ce)
+			}
 			a.reject(w, r, http.StatusConflict, reasonConflict, err)
 			return false
 		case errors.As(err, &fe): // a value the store cannot represent
@@ -301,6 +344,11 @@ const collectivePart = 4096
 
 // shiftIndex adds off to the index of a field path "what[i]…".
 func shiftIndex(field, what string, off int) string {
+	return mapIndex(field, what, func(i int) int { return i + off })
+}
+
+// mapIndex maps the index of a field path "what[i]…" through f.
+func mapIndex(field, what string, f func(int) int) string {
 	rest, ok := strings.CutPrefix(field, what+"[")
 	if !ok {
 		return field
@@ -310,5 +358,5 @@ func shiftIndex(field, what string, off int) string {
 	if !ok || err != nil {
 		return field
 	}
-	return what + "[" + strconv.Itoa(i+off) + "]" + tail
+	return what + "[" + strconv.Itoa(f(i)) + "]" + tail
 }

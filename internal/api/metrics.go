@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
@@ -34,6 +35,8 @@ type Metrics struct {
 	vectors, values, bytes *prometheus.CounterVec // by job, encoding; counted once durable
 	calls                  *prometheus.CounterVec // collective calls, by job, encoding
 	rejected               *prometheus.CounterVec // by reason
+	conflicts              *prometheus.CounterVec // refused re-sends, by record kind
+	conflictLog            throttle
 	reportSeconds          prometheus.Histogram
 	shedLog                throttle
 	stacks                 stackMetrics // SysOM-AI ingest (stacks.go)
@@ -54,10 +57,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Collective calls durably stored (resent duplicates not counted)."}, []string{"job", "encoding"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "ingest", Name: "rejected_total",
 			Help: "Ingest requests answered with an error, by reason."}, []string{"reason"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "ingest", Name: "conflicts_total",
+			Help: "Posts refused (409) because they re-sent a stored record with other values, by the kind of record (vectors, calls, samples, points); nothing of the post was applied."}, []string{"records"}),
 		reportSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "report", Name: "seconds",
 			Help: "Latency of computing one job report (scan, assemble, analyze, time axis).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 	}
-	for _, c := range []prometheus.Collector{m.vectors, m.values, m.bytes, m.calls, m.rejected, m.reportSeconds} {
+	for _, c := range []prometheus.Collector{m.vectors, m.values, m.bytes, m.calls, m.rejected, m.conflicts, m.reportSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -67,6 +72,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	if err := m.kair.register(reg); err != nil {
 		return nil, err
+	}
+	for _, k := range []string{"vectors", "calls", "samples", "points"} {
+		m.conflicts.WithLabelValues(k)
 	}
 	// Pre-create every reason so rate() works before the first rejection.
 	for _, r := range []string{reasonInvalid, reasonTooLarge, reasonMediaType, reasonUnknownJob, reasonConflict, reasonQueueFull, reasonShutdown, reasonStoreError, reasonDiskFull} {
@@ -98,6 +106,18 @@ func (m *Metrics) countStored(job, encoding string, vs []stagevec.Vector, bytes 
 func (m *Metrics) countCalls(job, encoding string, calls int, bytes int64) {
 	m.calls.WithLabelValues(job, encoding).Add(float64(calls))
 	m.bytes.WithLabelValues(job, encoding).Add(float64(bytes))
+}
+
+// noteConflict counts a post refused for re-sending a stored record with
+// other values and logs it (at most every logEvery): the client's
+// answer says what conflicts, this says that something re-sends data it
+// should not (a restarted job re-using its identity, a client bug).
+func (m *Metrics) noteConflict(log *slog.Logger, job, records string, ce *signal.ConflictError) {
+	m.conflicts.WithLabelValues(records).Inc()
+	m.conflictLog.note(func(missed int) {
+		log.Warn("refused a post re-sending stored records with other values (409)", "job", job, "field", ce.Field, "err", ce.Msg,
+			"conflicts_since_last_log", missed)
+	})
 }
 
 // noteShed logs shedding at most every logEvery: under overload every

@@ -1,6 +1,9 @@
 package ingest
 
 import (
+	"errors"
+	"sync/atomic"
+
 	"github.com/laggard-dev/laggard/internal/signal/collective"
 	"github.com/laggard-dev/laggard/internal/signal/osstat"
 	"github.com/laggard-dev/laggard/internal/signal/stack"
@@ -23,7 +26,30 @@ type Item struct {
 	// sets it before the request is acknowledged, so read it only after
 	// the request's done channel delivered nil.
 	Stored Stored
+
+	// Parts, if set, is shared by the parts of one posted batch (a large
+	// batch is queued in parts): once one part is refused, the later
+	// ones are not stored (ErrPartRefused), so a refused batch stores at
+	// most the parts before the one refused.
+	Parts *Parts
 }
+
+// Parts is the shared state of one batch's parts (Item.Parts).
+type Parts struct{ refused atomic.Bool }
+
+// Refuse marks the batch refused.
+func (p *Parts) Refuse() {
+	if p != nil {
+		p.refused.Store(true)
+	}
+}
+
+// Refused reports whether a part of the batch was refused.
+func (p *Parts) Refused() bool { return p != nil && p.refused.Load() }
+
+// ErrPartRefused is the error of a part not stored because an earlier
+// part of its batch was refused.
+var ErrPartRefused = errors.New("not stored: an earlier part of this batch was refused")
 
 // Stored is a commit's report on one request: records new to the store,
 // communicator reports merged, and records that were already stored (a

@@ -198,8 +198,9 @@ func (cj *collJob) intern(id string) (uint32, bool) {
 	return i, true
 }
 
-// collEncoded is one batch's calls encoded: keys sorted, exact duplicates
-// within the batch removed (the later one wins).
+// collEncoded is one batch's calls encoded: keys sorted, identical
+// duplicates within the batch removed (one key twice with different
+// values is refused).
 type collEncoded struct {
 	job   string
 	cj    *collJob
@@ -209,6 +210,7 @@ type collEncoded struct {
 	vals  []byte
 	voff  []int32
 	order []int32
+	fresh []int32  // of order, the calls to write; set by collMerge
 	comm  []uint32 // comm index per call
 }
 
@@ -217,9 +219,13 @@ var collPool = sync.Pool{New: func() any { return new(collEncoded) }}
 func (e *collEncoded) key(i int32) []byte { return e.keys[int(i)*e.klen : int(i+1)*e.klen] }
 func (e *collEncoded) val(i int32) []byte { return e.vals[e.voff[i]:e.voff[i+1]] }
 
-func (e *collEncoded) has(key []byte) bool {
-	_, ok := slices.BinarySearchFunc(e.order, key, func(i int32, k []byte) int { return bytes.Compare(e.key(i), k) })
-	return ok
+// lookup returns key's value among e's (sorted) keys.
+func (e *collEncoded) lookup(key []byte) ([]byte, bool) {
+	k, ok := slices.BinarySearchFunc(e.order, key, func(i int32, k []byte) int { return bytes.Compare(e.key(i), k) })
+	if !ok {
+		return nil, false
+	}
+	return e.val(e.order[k]), true
 }
 
 // klen0 is the job's key prefix (for write-size estimates).
@@ -280,7 +286,12 @@ func (e *collEncoded) encode(b *collective.Batch) error {
 	out := e.order[:0]
 	for k, i := range e.order {
 		if k+1 < len(e.order) && bytes.Equal(e.key(i), e.key(e.order[k+1])) {
-			continue
+			if j := e.order[k+1]; !bytes.Equal(e.val(i), e.val(j)) {
+				c := &b.Calls[j]
+				return signal.FieldErrorf(fmt.Sprintf("calls[%d]", j), "rank %d's call seq %d on %q entered at %d ns is also calls[%d] with other values: send each call once",
+					c.Rank, c.Seq, signal.Clip(c.Comm), c.EnterNS, i)
+			}
+			continue // the same call twice: stored once
 		}
 		out = append(out, i)
 	}
@@ -362,28 +373,23 @@ func (w *collWork) delta(idx uint32) *commDelta {
 // AppendCollectivesMany is AppendCollectives for several batches (group
 // commit): one Pebble batch and one WAL fsync for all, stored entirely or
 // not at all. Batches may repeat a job. The result has one entry per
-// batch.
+// batch. A call already stored with the same values is a duplicate; one
+// stored with other values fails the write with ErrConflict naming
+// "calls[i]".
 func (s *Store) AppendCollectivesMany(batches []CollectiveBatch) ([]CollectiveAppend, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.life.RUnlock()
 
-	// Phase 1, without the write lock: check, intern, encode, batch.
-	enc := make([]*collEncoded, 0, len(batches))
-	defer func() {
-		for _, e := range enc {
-			e.cj, e.batch = nil, nil
-			collPool.Put(e)
-		}
-	}()
 	wrap := func(bi int, job string, err error) error {
 		if len(batches) == 1 {
 			return fmt.Errorf("store: job %q: %w", job, err)
 		}
 		return fmt.Errorf("store: job %q (batch %d): %w", job, bi, err)
 	}
-	var need int64
+	// Phase 1, no locks: the store's own checks.
+	jobs := make([]string, 0, len(batches))
 	for bi, cb := range batches {
 		if !s.hasJob(cb.JobID) {
 			return nil, notFound(cb.JobID)
@@ -391,17 +397,41 @@ func (s *Store) AppendCollectivesMany(batches []CollectiveBatch) ([]CollectiveAp
 		if err := checkCollBatch(cb.Batch); err != nil {
 			return nil, wrap(bi, cb.JobID, err)
 		}
+		jobs = append(jobs, cb.JobID)
+	}
+
+	// Phase 2, under the jobs' locks: intern, encode, merge
+	// communicators, tell new calls from re-sent ones, apply.
+	unlock := s.locks.lock(jobs...)
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			unlock()
+		}
+	}()
+	enc := make([]*collEncoded, 0, len(batches))
+	defer func() {
+		for _, e := range enc {
+			e.cj, e.batch = nil, nil
+			collPool.Put(e)
+		}
+	}()
+	var need int64
+	for bi, cb := range batches {
 		e := collPool.Get().(*collEncoded)
 		enc = append(enc, e)
 		e.job, e.batch = cb.JobID, cb.Batch
 		s.coll.mu.Lock()
-		cj, err := s.collJob(cb.JobID)
+		cj, err := s.liveCollJob(cb.JobID)
 		if err == nil {
 			e.cj = cj
 			err = e.intern(cj)
 		}
 		s.coll.mu.Unlock()
 		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return nil, err
+			}
 			return nil, wrap(bi, cb.JobID, err)
 		}
 		if err := e.encode(cb.Batch); err != nil {
@@ -415,38 +445,36 @@ func (s *Store) AppendCollectivesMany(batches []CollectiveBatch) ([]CollectiveAp
 	if err := s.writable(need); err != nil {
 		return nil, err
 	}
+	res, work, bi, err := s.collMerge(batches, enc)
+	if err != nil {
+		if bi >= 0 {
+			err = wrap(bi, enc[bi].job, err)
+		}
+		return nil, err
+	}
 	pb := s.db.NewBatch()
 	for _, e := range enc {
-		for _, i := range e.order {
-			if err := pb.Set(e.key(i), e.val(i), nil); err != nil {
-				pb.Close()
-				return nil, fmt.Errorf("store: batch: %w", err)
+		for _, i := range e.fresh {
+			if err == nil {
+				err = pb.Set(e.key(i), e.val(i), nil)
 			}
 		}
 	}
-
-	// Phase 2, under wmu: merge communicators, tell new calls from
-	// resent ones, update the index and apply.
-	s.wmu.Lock()
-	res, work, err := s.collMerge(batches, enc)
 	now := time.Now().UnixMilli()
 	if err == nil {
 		err = s.collWrites(pb, work, now)
 	}
-	if err == nil {
-		err = s.guard(func() error {
-			if s.wo.Sync {
-				return s.db.ApplyNoSyncWait(pb, s.wo)
-			}
-			return s.db.Apply(pb, s.wo)
-		})
-	}
 	if err != nil {
-		s.wmu.Unlock()
-		var fe *signal.FieldError
-		var ce *signal.ConflictError
-		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrDiskFull) || errors.As(err, &fe) || errors.As(err, &ce) {
-			pb.Close()
+		pb.Close()
+		return nil, fmt.Errorf("store: batch: %w", err)
+	}
+	if err := s.guard(func() error {
+		if s.wo.Sync {
+			return s.db.ApplyNoSyncWait(pb, s.wo)
+		}
+		return s.db.Apply(pb, s.wo)
+	}); err != nil {
+		if errors.Is(err, ErrDiskFull) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("store: append collectives: %w", err) // Pebble may still own pb
@@ -473,7 +501,8 @@ func (s *Store) AppendCollectivesMany(batches []CollectiveBatch) ([]CollectiveAp
 		s.lastWrite[job] = now
 	}
 	s.mu.Unlock()
-	s.wmu.Unlock()
+	unlocked = true
+	unlock()
 
 	if s.wo.Sync {
 		if err := s.guard(pb.SyncWait); err != nil {
@@ -483,25 +512,29 @@ func (s *Store) AppendCollectivesMany(batches []CollectiveBatch) ([]CollectiveAp
 	return res, pb.Close()
 }
 
-// collMerge computes every batch's effect with wmu held: the merged
-// communicators, which calls are new (a seq above the (rank, comm)
-// high-water mark is new by construction; one at or below it is probed,
-// an exact-key lookup through the bloom filters) and the stats.
-func (s *Store) collMerge(batches []CollectiveBatch, enc []*collEncoded) ([]CollectiveAppend, map[string]*collWork, error) {
-	work := map[string]*collWork{}
-	res := make([]CollectiveAppend, len(batches))
-	var it *pebble.Iterator
+// collMerge computes every batch's effect with the jobs' locks held: the
+// merged communicators, which calls are new (e.fresh; a seq above the
+// (rank, comm) high-water mark is new by construction, one at or below it
+// is read back: absent is new, identical a duplicate, different a
+// conflict) and the stats. The jobs' indexes are only changed by writers,
+// which the locks exclude, so they are read here without coll.mu. On an
+// error, bi is the batch it names (-1: none).
+func (s *Store) collMerge(batches []CollectiveBatch, enc []*collEncoded) (res []CollectiveAppend, work map[string]*collWork, bi int, err error) {
+	work = map[string]*collWork{}
+	res = make([]CollectiveAppend, len(batches))
+	var probe *keyProbe
 	defer func() {
-		if it != nil {
-			it.Close()
+		if probe != nil {
+			probe.close()
 		}
 	}()
-	s.coll.mu.Lock()
-	defer s.coll.mu.Unlock()
 	for bi, e := range enc {
-		// DeleteJob (which holds wmu) may have run since phase 1.
-		if !s.hasJob(e.job) || s.coll.jobs[e.job] != e.cj {
-			return nil, nil, notFound(e.job)
+		// DeleteJob (which holds the job's lock) may have run since phase 1.
+		s.coll.mu.Lock()
+		gone := !s.hasJob(e.job) || s.coll.jobs[e.job] != e.cj
+		s.coll.mu.Unlock()
+		if gone {
+			return nil, nil, -1, notFound(e.job)
 		}
 		w := work[e.job]
 		if w == nil {
@@ -512,16 +545,19 @@ func (s *Store) collMerge(batches []CollectiveBatch, enc []*collEncoded) ([]Coll
 		for i := range e.batch.Comms {
 			changed, err := w.mergeComm(&e.batch.Comms[i], &newSizes)
 			if err != nil {
-				return nil, nil, prefixConflict(fmt.Sprintf("comms[%d]", i), err)
+				return nil, nil, bi, prefixConflict(fmt.Sprintf("comms[%d]", i), err)
 			}
 			if changed {
 				res[bi].Comms++
 			}
 		}
-		if it != nil && bi > 0 && enc[bi-1].job != e.job {
-			it.Close()
-			it = nil
+		if lo := jobRange(prefixCall, e.job, 0); probe == nil || !bytes.Equal(probe.lo, lo) {
+			if probe != nil {
+				probe.close()
+			}
+			probe = &keyProbe{s: s, lo: lo, hi: rangeEnd(lo)}
 		}
+		e.fresh = e.fresh[:0]
 		for _, i := range e.order {
 			c := &e.batch.Calls[i]
 			idx := e.comm[i]
@@ -535,15 +571,21 @@ func (s *Store) collMerge(batches []CollectiveBatch, enc []*collEncoded) ([]Coll
 			if c.Seq > hw {
 				w.hw[k] = c.Seq
 			} else {
-				stored, err := s.callStored(&it, e, i, enc[:bi])
+				stored, err := storedCall(probe, e, i, enc[:bi])
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, -1, err
 				}
-				if stored {
+				if stored != nil {
+					if !bytes.Equal(stored, e.val(i)) {
+						return nil, nil, bi, conflict(fmt.Sprintf("calls[%d]", i), fmt.Sprintf(
+							"rank %d's call seq %d on communicator %q entered at %d ns is already stored with other values; a re-sent call must be identical to the stored one, and nothing of this batch was stored",
+							c.Rank, c.Seq, signal.Clip(c.Comm), c.EnterNS))
+					}
 					res[bi].Duplicates++
 					continue
 				}
 			}
+			e.fresh = append(e.fresh, i)
 			res[bi].Calls++
 			st := &w.stats
 			if st.Calls == 0 || c.EnterNS < st.FirstNS {
@@ -565,35 +607,21 @@ func (s *Store) collMerge(batches []CollectiveBatch, enc []*collEncoded) ([]Coll
 			}
 		}
 	}
-	return res, work, nil
+	return res, work, -1, nil
 }
 
-// callStored reports whether call i of e is already stored or in an
-// earlier batch of this call.
-func (s *Store) callStored(it **pebble.Iterator, e *collEncoded, i int32, earlier []*collEncoded) (bool, error) {
+// storedCall returns the value call i of e has in an earlier batch of
+// this write (the latest such) or else in the store, or nil.
+func storedCall(probe *keyProbe, e *collEncoded, i int32, earlier []*collEncoded) ([]byte, error) {
 	key := e.key(i)
-	for _, p := range earlier {
-		if p.job == e.job && p.has(key) {
-			return true, nil
+	for k := len(earlier) - 1; k >= 0; k-- {
+		if p := earlier[k]; p.job == e.job {
+			if v, ok := p.lookup(key); ok {
+				return v, nil
+			}
 		}
 	}
-	if *it == nil {
-		lo := jobRange(prefixCall, e.job, 0)
-		var err error
-		if *it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: rangeEnd(lo)}); err != nil {
-			return false, fmt.Errorf("store: duplicate check: %w", err)
-		}
-	}
-	// Keys come in ascending order, so a plain SeekGE lets Pebble step
-	// forward from the previous position instead of seeking afresh (a
-	// resent batch probes every key).
-	if (*it).SeekGE(key) && bytes.Equal((*it).Key(), key) {
-		return true, nil
-	}
-	if err := (*it).Error(); err != nil {
-		return false, fmt.Errorf("store: duplicate check: %w", err)
-	}
-	return false, nil
+	return probe.get(key)
 }
 
 func prefixConflict(path string, err error) error {
@@ -874,7 +902,7 @@ func (s *Store) CollectiveStats(job string) (CollectiveStats, error) {
 	return st, nil
 }
 
-// forgetCollectives drops job's index (DeleteJob); wmu is held.
+// forgetCollectives drops job's index (DeleteJob); the job's lock is held.
 func (s *Store) forgetCollectives(job string) {
 	s.coll.mu.Lock()
 	delete(s.coll.jobs, job)

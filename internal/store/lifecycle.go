@@ -51,10 +51,9 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	if s.readOnly {
 		return fmt.Errorf("%w: the store is read-only (it started on a full disk); free space to delete jobs", ErrDiskFull)
 	}
-	// wmu: no AppendMany of this job is between its job check and its
-	// apply while the job goes (AppendMany re-checks under wmu).
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	// The job's lock: no write of this job is between its job check and
+	// its apply while the job goes (writes re-check under the lock).
+	defer s.locks.lock(id)()
 	if !idleSince.IsZero() {
 		s.mu.RLock()
 		lw := s.lastWrite[id]
@@ -125,7 +124,9 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	delete(s.dims, id)
 	delete(s.lastWrite, id)
 	s.mu.Unlock()
+	s.tailMu.Lock()
 	delete(s.tails, id)
+	s.tailMu.Unlock()
 	s.forgetCollectives(id)
 	s.forgetProfiles(id)
 	s.delMu.Lock()

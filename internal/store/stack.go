@@ -152,7 +152,7 @@ func profRanges(id string) [][2][]byte {
 	return out
 }
 
-// forgetProfiles drops job's cached stats (DeleteJob); wmu is held.
+// forgetProfiles drops job's cached stats (DeleteJob); the job's lock is held.
 func (s *Store) forgetProfiles(job string) {
 	s.prof.mu.Lock()
 	delete(s.prof.jobs, job)
@@ -224,6 +224,22 @@ type profRec struct {
 	samples    int
 	os         bool
 	start, end int64
+	// For the conflict check (stack_conflict.go): the record's node and
+	// rank, and its content — stack samples idx of sb (indices in the
+	// posted batch), or the OS batch ob.
+	node string
+	rank int
+	sb   *stack.Batch
+	idx  []int32
+	ob   *osstat.Batch
+}
+
+// cell is the record's conflict-check content.
+func (r *profRec) cell() cellRec {
+	if r.os {
+		return osCell(r.ob)
+	}
+	return stackCell(r.sb, r.idx)
 }
 
 var stackEncPool = sync.Pool{New: func() any { return new(stackEnc) }}
@@ -302,7 +318,8 @@ func (s *Store) AppendStacksMany(batches []StackBatch) ([]StackAppend, error) {
 			key := binary.BigEndian.AppendUint64(slices.Clip(prefix), uint64(b.StartNS))
 			key = binary.BigEndian.AppendUint32(key, uint32(r+1))
 			key = binary.BigEndian.AppendUint64(key, recordID(b.Node, val))
-			recs = append(recs, profRec{batch: bi, key: key, val: val, samples: len(byRank[r]), start: b.StartNS, end: b.EndNS})
+			recs = append(recs, profRec{batch: bi, key: key, val: val, samples: len(byRank[r]), start: b.StartNS, end: b.EndNS,
+				node: b.Node, rank: r, sb: b, idx: slices.Clone(byRank[r])})
 		}
 	}
 	return s.commitProf(jobs, recs)
@@ -348,14 +365,17 @@ func (s *Store) AppendOSStatsMany(batches []OSStatBatch) ([]StackAppend, error) 
 		val := appendOSStatRecord(nil, e, b)
 		key := binary.BigEndian.AppendUint64(jobRange(prefixOSStat, ob.JobID, osstatSuffixLen), uint64(b.StartNS))
 		key = binary.BigEndian.AppendUint64(key, recordID(b.Node, val))
-		recs = append(recs, profRec{batch: bi, key: key, val: val, samples: len(b.Points), os: true, start: b.StartNS, end: b.EndNS})
+		recs = append(recs, profRec{batch: bi, key: key, val: val, samples: len(b.Points), os: true, start: b.StartNS, end: b.EndNS,
+			node: b.Node, ob: b})
 	}
 	return s.commitProf(jobs, recs)
 }
 
 // commitProf writes recs of the batches of jobs (one entry per batch) in
-// one durable Pebble batch, skipping records already stored, and updates
-// each job's ProfileStats, quota and last-write time.
+// one durable Pebble batch, skipping records already stored, refusing
+// (ErrConflict) a record that conflicts with its window's stored ones
+// (stack_conflict.go), and updates each job's ProfileStats, quota and
+// last-write time.
 func (s *Store) commitProf(jobs []string, recs []profRec) ([]StackAppend, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
@@ -378,10 +398,13 @@ func (s *Store) commitProf(jobs []string, recs []profRec) ([]StackAppend, error)
 	if quota <= 0 {
 		quota = DefaultMaxJobProfileBytes
 	}
+	unlock := s.locks.lock(jobs...)
 	pb := s.db.NewBatch()
-	s.wmu.Lock()
 	work := map[string]*ProfileStats{}
 	seen := map[string]bool{}
+	// pending are the cells of the records this write adds, by cell
+	// (the key without its record id) and node.
+	pending := map[string][]cellRec{}
 	err := func() error {
 		s.prof.mu.Lock()
 		defer s.prof.mu.Unlock()
@@ -389,7 +412,7 @@ func (s *Store) commitProf(jobs []string, recs []profRec) ([]StackAppend, error)
 			if work[job] != nil {
 				continue
 			}
-			if !s.hasJob(job) { // DeleteJob (which holds wmu) may have run
+			if !s.hasJob(job) { // DeleteJob (which holds the job's lock) may have run
 				return notFound(job)
 			}
 			st, err := s.profStats(job)
@@ -419,6 +442,23 @@ func (s *Store) commitProf(jobs []string, recs []profRec) ([]StackAppend, error)
 			err = fmt.Errorf("store: duplicate check: %w", gerr)
 			break
 		}
+		// Not this record: is its window's cell already holding others?
+		var stored []cellRec
+		if stored, err = s.storedCell(r); err != nil {
+			break
+		}
+		ck := string(r.key[:len(r.key)-8]) + "\x00" + r.node
+		nr := r.cell()
+		dup, cerr := cellVerdict(r, nr, append(stored, pending[ck]...))
+		if cerr != nil {
+			err = fmt.Errorf("store: job %q: %w", signal.Clip(job), cerr)
+			break
+		}
+		if dup {
+			res[r.batch].Duplicates++
+			continue
+		}
+		pending[ck] = append(pending[ck], nr)
 		st := work[job]
 		n := int64(len(r.key) + len(r.val))
 		if st.StackBytes+st.OSBytes+n > quota {
@@ -462,22 +502,22 @@ func (s *Store) commitProf(jobs []string, recs []profRec) ([]StackAppend, error)
 			}
 		}
 	}
-	if err == nil {
-		err = s.guard(func() error {
-			if s.wo.Sync {
-				return s.db.ApplyNoSyncWait(pb, s.wo)
-			}
-			return s.db.Apply(pb, s.wo)
-		})
-		if err != nil {
-			s.wmu.Unlock()
-			return nil, fmt.Errorf("store: append stacks: %w", err) // Pebble may still own pb
-		}
-	}
 	if err != nil {
-		s.wmu.Unlock()
+		unlock()
 		pb.Close()
 		return nil, err
+	}
+	if err := s.guard(func() error {
+		if s.wo.Sync {
+			return s.db.ApplyNoSyncWait(pb, s.wo)
+		}
+		return s.db.Apply(pb, s.wo)
+	}); err != nil {
+		unlock()
+		if errors.Is(err, ErrDiskFull) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("store: append stacks: %w", err) // Pebble may still own pb
 	}
 	s.prof.mu.Lock()
 	for job, st := range work {
@@ -492,7 +532,7 @@ func (s *Store) commitProf(jobs []string, recs []profRec) ([]StackAppend, error)
 		s.lastWrite[job] = now
 	}
 	s.mu.Unlock()
-	s.wmu.Unlock()
+	unlock()
 	if s.wo.Sync {
 		if err := s.guard(pb.SyncWait); err != nil {
 			return nil, fmt.Errorf("store: append stacks: wal sync: %w", err)

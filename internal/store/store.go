@@ -99,10 +99,11 @@ type Store struct {
 	life   sync.RWMutex
 	closed bool
 
-	// wmu serializes the check-and-apply phase of writes (duplicate check,
-	// stats update, memtable apply); the fsync wait happens outside it so
-	// concurrent writers share WAL syncs.
-	wmu sync.Mutex
+	// locks serialize each job's check-and-apply phase of writes
+	// (duplicate and conflict check, stats update, memtable apply;
+	// joblock.go); the fsync wait happens outside them so concurrent
+	// writers share WAL syncs.
+	locks jobLocks
 
 	jobMu sync.Mutex // serializes PutJob so db and map agree on the order
 
@@ -113,7 +114,8 @@ type Store struct {
 	lastWrite map[string]int64    // job id → Unix ms of its last vector write (0 unknown)
 	metaBytes int64               // sum of len(jobs[*])
 
-	tails map[string]*tail // guarded by wmu; rebuilt lazily after Open
+	tailMu sync.Mutex
+	tails  map[string]*tail // guarded by tailMu, each tail by its job's lock; rebuilt lazily after Open
 
 	coll collectives // the collective keyspace's per-job index (collective.go)
 	prof profIndex   // the stack and OS-stat keyspaces' per-job stats (stack.go)
@@ -315,9 +317,9 @@ func (s *Store) reopenAsync() {
 			return
 		}
 		s.db, s.readOnly = db, false
-		s.wmu.Lock()
+		s.tailMu.Lock()
 		clear(s.tails)
-		s.wmu.Unlock()
+		s.tailMu.Unlock()
 		s.log.Info("store reopened writable: disk space available again", "dir", s.dir)
 	}()
 }

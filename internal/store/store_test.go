@@ -3,9 +3,11 @@ package store
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -109,38 +111,93 @@ func TestVectorsRoundTrip(t *testing.T) {
 	}
 }
 
-func TestDuplicatesLatestWins(t *testing.T) {
-	s := openTest(t, t.TempDir())
+// Issue 16 item 1: a re-posted (step, rank, micro) with different values
+// was accepted and replaced the stored vector. An identical re-send is
+// idempotent (a duplicate, counted once); a conflicting one is refused
+// with ErrConflict naming the vector and the cell, and nothing of its
+// batch is stored — for a recent step (the tail index), an old one (read
+// back from disk), after a restart (the tail rebuilt), and across the
+// batches of one AppendMany. One cell twice in a batch with different
+// values is a bad batch (a FieldError).
+func TestResentVectors(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir)
 	if err := s.PutJob(testJob("j")); err != nil {
 		t.Fatal(err)
 	}
-	first := mkVec(10, 1, 0)
-	if err := s.Append("j", []stagevec.Vector{first, mkVec(11, 1, 0)}); err != nil {
+	var first []stagevec.Vector
+	for step := range int64(200) {
+		first = append(first, mkVec(step, 1, 0), mkVec(step, 2, 0))
+	}
+	if err := s.Append("j", first); err != nil {
 		t.Fatal(err)
 	}
-	second := first
-	second.WallMS = 1
-	third := first
-	third.WallMS = 2
-	// Within one call the later element wins; a late vector at step 9
-	// (below FirstStep) is new.
-	if err := s.Append("j", []stagevec.Vector{second, mkVec(9, 0, 0), third}); err != nil {
+	want := JobStats{FirstStep: 0, LastStep: 199, Vectors: 400}
+	check := func(when string) {
+		t.Helper()
+		if st, _ := s.Stats("j"); st != want {
+			t.Fatalf("%s: Stats = %+v, want %+v", when, st, want)
+		}
+		got := collect(t, s, "j", 0, math.MaxInt64)
+		for i, v := range got {
+			if w := mkVec(v.Step, v.Rank, v.Micro); !reflect.DeepEqual(v, w) {
+				t.Fatalf("%s: vector %d is %+v, want the first write %+v", when, i, v, w)
+			}
+		}
+	}
+	changed := func(step int64, rank int) stagevec.Vector {
+		v := mkVec(step, rank, 0)
+		v.Durations = slices.Clone(v.Durations)
+		v.Durations[2]++
+		return v
+	}
+	for round, reopen := range []bool{false, true} {
+		if reopen {
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openTest(t, dir)
+		}
+		// Identical re-sends of recent and old steps: accepted, stored once.
+		if err := s.Append("j", []stagevec.Vector{mkVec(199, 1, 0), mkVec(5, 2, 0), mkVec(150, 1, 0)}); err != nil {
+			t.Fatalf("round %d: identical re-send: %v", round, err)
+		}
+		check("after identical re-sends")
+		for _, c := range []struct {
+			name string
+			vs   []stagevec.Vector
+			idx  int
+		}{
+			{"recent step", []stagevec.Vector{mkVec(200, 1, 0), changed(199, 2)}, 1},
+			{"old step", []stagevec.Vector{mkVec(201, 1, 0), mkVec(3, 1, 0), changed(3, 2)}, 2},
+		} {
+			err := s.Append("j", c.vs)
+			var ce *signal.ConflictError
+			if !errors.Is(err, ErrConflict) || !errors.As(err, &ce) || ce.Field != fmt.Sprintf("vectors[%d]", c.idx) ||
+				!strings.Contains(ce.Msg, "durations_ms[2]") || !strings.Contains(ce.Msg, fmt.Sprintf("step %d, rank 2", c.vs[c.idx].Step)) {
+				t.Fatalf("round %d, %s: %v, want ErrConflict naming vectors[%d], the cell and durations_ms[2]", round, c.name, err, c.idx)
+			}
+			check("after a refused " + c.name) // the new vectors beside it were not stored either
+		}
+		// Across the batches of one AppendMany.
+		err := s.AppendMany([]Batch{{"j", []stagevec.Vector{mkVec(300, 1, 0)}}, {"j", []stagevec.Vector{changed(300, 1)}}})
+		if !errors.Is(err, ErrConflict) {
+			t.Fatalf("round %d: conflicting batches of one call: %v", round, err)
+		}
+		check("after conflicting batches")
+	}
+	// One cell twice in a batch: identical is stored once, different is
+	// refused naming the later one.
+	if err := s.Append("j", []stagevec.Vector{mkVec(400, 1, 0), mkVec(400, 1, 0)}); err != nil {
 		t.Fatal(err)
 	}
-	// AppendMany repeating the job: the later batch wins, counted once.
-	fourth := first
-	fourth.WallMS = 4
-	late := mkVec(10, 5, 0)
-	if err := s.AppendMany([]Batch{{"j", []stagevec.Vector{late, third}}, {"j", []stagevec.Vector{fourth, late}}}); err != nil {
-		t.Fatal(err)
+	want = JobStats{FirstStep: 0, LastStep: 400, Vectors: 401}
+	err := s.Append("j", []stagevec.Vector{mkVec(401, 1, 0), mkVec(402, 1, 0), changed(401, 1)})
+	var fe *signal.FieldError
+	if !errors.As(err, &fe) || fe.Field != "vectors[2]" || !strings.Contains(fe.Msg, "vectors[0]") {
+		t.Fatalf("one cell twice with different values: %v", err)
 	}
-	got := collect(t, s, "j", 10, 10)
-	if len(got) != 2 || got[0].Rank != 1 || got[0].WallMS != 4 || got[1].Rank != 5 {
-		t.Fatalf("step 10 = %+v, want rank 1 with wall 4 then rank 5", got)
-	}
-	if st, _ := s.Stats("j"); st != (JobStats{FirstStep: 9, LastStep: 11, Vectors: 4}) {
-		t.Fatalf("Stats = %+v, want first 9 last 11 vectors 4", st)
-	}
+	check("at the end")
 }
 
 func TestRestartDurability(t *testing.T) {
@@ -482,7 +539,10 @@ func TestConcurrentAppend(t *testing.T) {
 // Random writes — in and out of the tail window, outside the job's declared
 // world size, repeated within and across calls, across restarts — must
 // leave Stats equal to a model of distinct keys and the scan equal to the
-// latest write of each key.
+// first write of each key: a call re-sending a key with its stored value
+// succeeds (a duplicate), one re-sending it with another value (against
+// the store, an earlier batch of the call or its own batch) fails and
+// changes nothing.
 func TestStatsMatchModel(t *testing.T) {
 	dir := t.TempDir()
 	s := openTest(t, dir)
@@ -496,10 +556,13 @@ func TestStatsMatchModel(t *testing.T) {
 		job               string
 		step, rank, micro int
 	}
-	latest := map[key]float64{}
+	stored := map[key]float64{}
 	head := int64(0)
+	refused := 0
 	for round := range 300 {
 		var batches []Batch
+		pending := map[key]float64{}
+		conflicts := false
 		for range 1 + rng.IntN(3) {
 			job := []string{"a", "b"}[rng.IntN(2)]
 			var vs []stagevec.Vector
@@ -510,18 +573,35 @@ func TestStatsMatchModel(t *testing.T) {
 				}
 				step = max(step, 0)
 				v := mkVec(step, rng.IntN(1100), rng.IntN(3)) // ranks ≥ 1024 and micro 2 exceed the job's shape
+				if rng.IntN(3) == 0 {
+					v = mkVec(step, rng.IntN(4), 0) // a few cells, so keys are re-sent often
+				}
+				k := key{job, int(v.Step), v.Rank, v.Micro}
+				old, ok := pending[k]
+				if !ok {
+					old, ok = stored[k]
+				}
 				v.WallMS = float64(round)
+				if ok && rng.IntN(40) != 0 {
+					v.WallMS = old // mostly a faithful re-send
+				}
+				if ok && v.WallMS != old {
+					conflicts = true
+				}
+				pending[k] = v.WallMS
 				vs = append(vs, v)
 			}
 			batches = append(batches, Batch{job, vs})
 		}
-		if err := s.AppendMany(batches); err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range batches {
-			for _, v := range b.Vectors {
-				latest[key{b.JobID, int(v.Step), v.Rank, v.Micro}] = v.WallMS
-			}
+		err := s.AppendMany(batches)
+		var fe *signal.FieldError
+		switch {
+		case conflicts && (errors.Is(err, ErrConflict) || errors.As(err, &fe)):
+			refused++
+		case conflicts || err != nil:
+			t.Fatalf("round %d: AppendMany: %v, model says conflict %v", round, err, conflicts)
+		default:
+			maps.Copy(stored, pending)
 		}
 		head += int64(rng.IntN(3))
 		if round%100 == 99 {
@@ -531,9 +611,13 @@ func TestStatsMatchModel(t *testing.T) {
 			s = openTest(t, dir)
 		}
 	}
+	t.Logf("%d of 300 calls refused for a conflicting re-send", refused)
+	if refused == 0 || refused > 250 {
+		t.Fatalf("%d of 300 calls refused: the model exercises too little", refused)
+	}
 	for _, id := range []string{"a", "b"} {
 		var want JobStats = emptyStats
-		for k := range latest {
+		for k := range stored {
 			if k.job == id {
 				want.add(int64(k.step))
 			}
@@ -546,8 +630,8 @@ func TestStatsMatchModel(t *testing.T) {
 			t.Fatalf("job %s: scanned %d, want %d", id, len(got), want.Vectors)
 		}
 		for _, v := range got {
-			if w := latest[key{id, int(v.Step), v.Rank, v.Micro}]; v.WallMS != w {
-				t.Fatalf("job %s %d/%d/%d: wall %v, latest write was %v", id, v.Step, v.Rank, v.Micro, v.WallMS, w)
+			if w := stored[key{id, int(v.Step), v.Rank, v.Micro}]; v.WallMS != w {
+				t.Fatalf("job %s %d/%d/%d: wall %v, the stored write was %v", id, v.Step, v.Rank, v.Micro, v.WallMS, w)
 			}
 		}
 	}

@@ -23,11 +23,15 @@ type Batch struct {
 
 // Append stores vs for jobID in one atomic, fsync'd write: when it returns
 // nil every vector is durable; on error none was stored. A vector whose
-// (step, rank, micro) is already stored replaces it (latest wins; within
-// one call the later element wins). The job must have been put first
-// (ErrNotFound otherwise). Vectors are not checked against the job
-// schema — callers run stagevec.Vector.Validate — only for what the key
-// layout and codec can represent, reported as a *signal.FieldError naming
+// (step, rank, micro) is already stored with the same values is a
+// duplicate (a retry): acknowledged, not written again. One stored with
+// other values is a conflict: the call fails with ErrConflict (a
+// *signal.ConflictError naming "vectors[i]" and the cell) and stores
+// nothing; so does a batch holding one cell twice with different values
+// (a *signal.FieldError). The job must have been put first (ErrNotFound
+// otherwise). Vectors are not checked against the job schema — callers
+// run stagevec.Vector.Validate — only for what the key layout and codec
+// can represent, reported as a *signal.FieldError naming
 // "vectors[i].<field>".
 func (s *Store) Append(jobID string, vs []stagevec.Vector) error {
 	return s.AppendMany([]Batch{{JobID: jobID, Vectors: vs}})
@@ -50,6 +54,13 @@ func (s *Store) AppendMany(batches []Batch) error {
 			scratchPool.Put(e)
 		}
 	}()
+	wrap := func(bi int, job string, err error) error {
+		if len(batches) == 1 {
+			return fmt.Errorf("store: job %q: %w", job, err)
+		}
+		return fmt.Errorf("store: job %q (batch %d): %w", job, bi, err)
+	}
+	jobs := make([]string, 0, len(batches))
 	for bi := range batches {
 		b := &batches[bi]
 		if !s.hasJob(b.JobID) {
@@ -59,11 +70,9 @@ func (s *Store) AppendMany(batches []Batch) error {
 		e := scratchPool.Get().(*encoded)
 		enc = append(enc, e)
 		if err := e.encode(b.JobID, b.Vectors); err != nil {
-			if len(batches) == 1 {
-				return fmt.Errorf("store: job %q: %w", b.JobID, err)
-			}
-			return fmt.Errorf("store: job %q (batch %d): %w", b.JobID, bi, err)
+			return wrap(bi, b.JobID, err)
 		}
+		jobs = append(jobs, b.JobID)
 	}
 	if total == 0 {
 		return nil
@@ -75,24 +84,16 @@ func (s *Store) AppendMany(batches []Batch) error {
 	if err := s.writable(need); err != nil {
 		return err
 	}
-	pb := s.db.NewBatch()
-	for _, e := range enc {
-		for _, i := range e.order {
-			if err := pb.Set(e.key(i), e.val(i), nil); err != nil {
-				pb.Close()
-				return fmt.Errorf("store: batch: %w", err)
-			}
-		}
-	}
 
-	// Phase 2, under wmu: duplicate check against stored keys, stats, and
-	// the memtable apply. Serialized so each writer sees the previous
-	// writer's keys when counting distinct vectors.
-	s.wmu.Lock()
+	// Phase 2, under the jobs' locks: tell new vectors from re-sent ones
+	// (a conflict fails the write), then apply. Per job, so one job's
+	// re-sent history does not hold up another job's commit.
+	unlock := s.locks.lock(jobs...)
+	pb := s.db.NewBatch()
 	var err error
 	for _, e := range enc {
-		// DeleteJob (which holds wmu) may have run since phase 1: never
-		// write vectors, or stats, for a job that is gone.
+		// DeleteJob (which holds the job's lock) may have run since
+		// phase 1: never write vectors, or stats, for a job that is gone.
 		if !s.hasJob(e.job) {
 			err = notFound(e.job)
 			break
@@ -100,7 +101,18 @@ func (s *Store) AppendMany(batches []Batch) error {
 	}
 	var next map[string]JobStats
 	if err == nil {
-		next, err = s.nextStats(enc)
+		var bi int
+		next, bi, err = s.nextStats(enc)
+		if err != nil && bi >= 0 {
+			err = wrap(bi, enc[bi].job, err)
+		}
+	}
+	for _, e := range enc {
+		for _, i := range e.fresh {
+			if err == nil {
+				err = pb.Set(e.key(i), e.val(i), nil)
+			}
+		}
 	}
 	now := time.Now().UnixMilli()
 	if err == nil {
@@ -110,6 +122,7 @@ func (s *Store) AppendMany(batches []Batch) error {
 			}
 		}
 	}
+	applied := false
 	if err == nil {
 		err = s.guard(func() error {
 			if s.wo.Sync {
@@ -117,16 +130,25 @@ func (s *Store) AppendMany(batches []Batch) error {
 			}
 			return s.db.Apply(pb, s.wo)
 		})
+		applied = true
 	}
 	if err != nil {
 		// The tails may already include this write; rebuild them from
 		// disk on the next write.
+		s.tailMu.Lock()
 		for _, e := range enc {
 			delete(s.tails, e.job)
 		}
-		s.wmu.Unlock()
-		// Not closed: after a failed apply Pebble may still own the batch.
-		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrDiskFull) {
+		s.tailMu.Unlock()
+		unlock()
+		if !applied {
+			pb.Close()
+		} // else Pebble may still own the batch after a failed apply
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrDiskFull) || errors.Is(err, ErrConflict) {
+			return err
+		}
+		var fe *signal.FieldError
+		if errors.As(err, &fe) {
 			return err
 		}
 		return fmt.Errorf("store: append: %w", err)
@@ -137,10 +159,12 @@ func (s *Store) AppendMany(batches []Batch) error {
 		s.lastWrite[id] = now
 	}
 	s.mu.Unlock()
-	s.wmu.Unlock()
+	unlock()
 
 	// Phase 3, no locks: wait for the WAL fsync, shared with any writers
-	// that committed meanwhile.
+	// that committed meanwhile. Re-sent duplicates were not written, but
+	// the batch holds the stats key, so this also waits for the fsync of
+	// whatever write stored them first.
 	if s.wo.Sync {
 		if err := s.guard(pb.SyncWait); err != nil {
 			return fmt.Errorf("store: append: wal sync: %w", err)
@@ -149,13 +173,16 @@ func (s *Store) AppendMany(batches []Batch) error {
 	return pb.Close()
 }
 
-// nextStats computes each touched job's stats after the write, counting
-// only keys not already stored. Keys above LastStep or below FirstStep are
-// new by construction; keys in the recent-steps window are answered by the
-// job's tail index; only late keys older than that cost a bloom-filtered
-// probe. Called with wmu held; updates the tails, which the caller drops
-// if the write then fails.
-func (s *Store) nextStats(enc []*encoded) (map[string]JobStats, error) {
+// nextStats sorts each batch's vectors into new ones (e.fresh, to be
+// written), duplicates (skipped) and conflicts (an error, with the index
+// of its batch), and computes each touched job's stats after the write,
+// counting only new keys. Keys above LastStep or below FirstStep are new
+// by construction; keys in the recent-steps window are answered by the
+// job's tail index when absent; a key the tail holds, or a late key older
+// than the window, is read back and compared. Called with the jobs'
+// locks held; updates the tails, which the caller drops if the write
+// then fails.
+func (s *Store) nextStats(enc []*encoded) (map[string]JobStats, int, error) {
 	next := make(map[string]JobStats, len(enc))
 	shape := make(map[string]dims, len(enc))
 	s.mu.RLock()
@@ -170,49 +197,76 @@ func (s *Store) nextStats(enc []*encoded) (map[string]JobStats, error) {
 		}
 	}
 	s.mu.RUnlock()
-	var it *pebble.Iterator
+	var probe *keyProbe
 	defer func() {
-		if it != nil {
-			it.Close()
+		if probe != nil {
+			probe.close()
 		}
 	}()
 	for ei, e := range enc {
 		old := next[e.job]
 		st := old
-		t := s.tails[e.job]
-		if t == nil || t.dims != shape[e.job] {
-			var err error
-			if t, err = s.loadTail(e.job, shape[e.job], old); err != nil {
-				return nil, err
-			}
-			s.tails[e.job] = t
+		t, err := s.tail(e.job, shape[e.job], old)
+		if err != nil {
+			return nil, -1, err
 		}
-		if ei > 0 && e.job != enc[ei-1].job && it != nil {
-			it.Close()
-			it = nil
+		if probe == nil || !bytes.Equal(probe.lo, vecPrefix(e.job)) {
+			if probe != nil {
+				probe.close()
+			}
+			probe = &keyProbe{s: s, lo: vecPrefix(e.job), hi: vecPrefixEnd(e.job)}
 		}
 		shared := sameJobEarlier(enc[:ei], e.job)
+		e.fresh = e.fresh[:0]
 		for _, i := range e.order {
-			step, rank, micro, _ := parseVecSuffix(e.key(i))
+			key := e.key(i)
+			step, rank, micro, _ := parseVecSuffix(key)
 			t.advance(step)
+			check := false
 			if known, present := t.testAndSet(step, rank, micro); known {
-				if present {
-					continue
-				}
-			} else if shared || old.covers(step) {
-				isNew, err := s.absent(&it, e, i, enc[:ei])
+				check = present || shared
+			} else {
+				check = shared || old.covers(step)
+			}
+			if check {
+				stored, err := s.storedVec(probe, e, i, enc[:ei])
 				if err != nil {
-					return nil, err
+					return nil, -1, err
 				}
-				if !isNew {
-					continue
+				if stored != nil {
+					if !bytes.Equal(stored, e.val(i)) {
+						return nil, ei, conflict(fmt.Sprintf("vectors[%d]", i), fmt.Sprintf(
+							"step %d, rank %d, micro %d is already stored with other values (%s); a re-sent vector must be identical to the stored one, and nothing of this batch was stored",
+							step, rank, micro, vecDiff(stored, e.val(i), "stored", "sent")))
+					}
+					continue // an identical re-send: nothing to write
 				}
 			}
+			e.fresh = append(e.fresh, i)
 			st.add(step)
 		}
 		next[e.job] = st
 	}
-	return next, nil
+	return next, -1, nil
+}
+
+// tail returns job's tail index, loading it on first use or when the
+// job's shape changed. Called with the job's lock held.
+func (s *Store) tail(job string, d dims, st JobStats) (*tail, error) {
+	s.tailMu.Lock()
+	t := s.tails[job]
+	s.tailMu.Unlock()
+	if t != nil && t.dims == d {
+		return t, nil
+	}
+	t, err := s.loadTail(job, d, st)
+	if err != nil {
+		return nil, err
+	}
+	s.tailMu.Lock()
+	s.tails[job] = t
+	s.tailMu.Unlock()
+	return t, nil
 }
 
 // sameJobEarlier is true when an earlier batch of the same AppendMany call
@@ -226,31 +280,18 @@ func sameJobEarlier(earlier []*encoded, job string) bool {
 	return false
 }
 
-// absent reports whether key i of e is neither stored nor in an earlier
-// batch of this call.
-func (s *Store) absent(it **pebble.Iterator, e *encoded, i int32, earlier []*encoded) (bool, error) {
+// storedVec returns the value key i of e has in an earlier batch of this
+// call (the latest such) or else in the store, or nil when it has none.
+func (s *Store) storedVec(probe *keyProbe, e *encoded, i int32, earlier []*encoded) ([]byte, error) {
 	key := e.key(i)
-	for _, p := range earlier {
-		if p.job == e.job && p.has(key) {
-			return false, nil
+	for k := len(earlier) - 1; k >= 0; k-- {
+		if p := earlier[k]; p.job == e.job {
+			if v, ok := p.lookup(key); ok {
+				return v, nil
+			}
 		}
 	}
-	if *it == nil {
-		var err error
-		*it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: vecPrefix(e.job), UpperBound: vecPrefixEnd(e.job)})
-		if err != nil {
-			return false, fmt.Errorf("store: duplicate check: %w", err)
-		}
-	}
-	// SeekPrefixGE with the default comparer (prefix = whole key) is an
-	// exact-key probe that consults bloom filters.
-	if (*it).SeekPrefixGE(key) && bytes.Equal((*it).Key(), key) {
-		return false, nil
-	}
-	if err := (*it).Error(); err != nil {
-		return false, fmt.Errorf("store: duplicate check: %w", err)
-	}
-	return true, nil
+	return probe.get(key)
 }
 
 // encoded is one batch's keys and values, sorted and de-duplicated. Pooled:
@@ -262,7 +303,8 @@ type encoded struct {
 	vals  []byte  // values back to back
 	voff  []int32 // value i is vals[voff[i]:voff[i+1]]
 	steps []int64
-	order []int32 // indices in ascending key order, duplicates removed (last wins)
+	order []int32 // indices in ascending key order, identical duplicates removed
+	fresh []int32 // of order, the keys to write (not stored yet); set by nextStats
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(encoded) }}
@@ -270,10 +312,13 @@ var scratchPool = sync.Pool{New: func() any { return new(encoded) }}
 func (e *encoded) key(i int32) []byte { return e.keys[int(i)*e.klen : int(i+1)*e.klen] }
 func (e *encoded) val(i int32) []byte { return e.vals[e.voff[i]:e.voff[i+1]] }
 
-// has reports whether key is among e's (sorted) keys.
-func (e *encoded) has(key []byte) bool {
-	_, ok := slices.BinarySearchFunc(e.order, key, func(i int32, k []byte) int { return bytes.Compare(e.key(i), k) })
-	return ok
+// lookup returns key's value among e's (sorted) keys.
+func (e *encoded) lookup(key []byte) ([]byte, bool) {
+	k, ok := slices.BinarySearchFunc(e.order, key, func(i int32, k []byte) int { return bytes.Compare(e.key(i), k) })
+	if !ok {
+		return nil, false
+	}
+	return e.val(e.order[k]), true
 }
 
 func (e *encoded) encode(job string, vs []stagevec.Vector) error {
@@ -306,12 +351,20 @@ func (e *encoded) encode(job string, vs []stagevec.Vector) error {
 	if sorted { // the common case: clients ship in (step, rank) order
 		return nil
 	}
-	// Stable, so among equal keys the later vector sorts last and wins.
+	// Stable, so equal keys keep their order in the batch.
 	slices.SortStableFunc(e.order, func(a, b int32) int { return bytes.Compare(e.key(a), e.key(b)) })
 	out := e.order[:0]
 	for k, i := range e.order {
 		if k+1 < len(e.order) && bytes.Equal(e.key(i), e.key(e.order[k+1])) {
-			continue
+			if j := e.order[k+1]; !bytes.Equal(e.val(i), e.val(j)) {
+				// One cell twice with different values: which one is
+				// meant? Refused, like any malformed batch.
+				step, rank, micro, _ := parseVecSuffix(e.key(i))
+				return &signal.FieldError{Field: fmt.Sprintf("vectors[%d]", j), Msg: fmt.Sprintf(
+					"step %d, rank %d, micro %d is also vectors[%d] with other values (%s): send each vector once",
+					step, rank, micro, i, vecDiff(e.val(i), e.val(j), fmt.Sprintf("in vectors[%d]", i), fmt.Sprintf("in vectors[%d]", j)))}
+			}
+			continue // the same vector twice: stored once
 		}
 		out = append(out, i)
 	}
