@@ -185,6 +185,7 @@ func (a *API) readGated(w http.ResponseWriter, r *http.Request, job string, deco
 	body := &countingReader{r: r.Body}
 	in := &gatedReader{r: body, g: a.d.Gate, job: job}
 	defer in.close()
+	var shedAgain error
 	err := laggardv1.ReadBody(in, a.d.MaxBodyBytes, func(b []byte) error {
 		// Decoding a large body is the CPU-heavy part: it takes one of a
 		// few slots, handed round-robin between jobs (ingest.Gate). A
@@ -197,12 +198,23 @@ func (a *API) readGated(w http.ResponseWriter, r *http.Request, job string, deco
 				return err
 			}
 			defer release()
+			// The queue may have filled while this body waited for its
+			// slot: check again, so a decode is not spent on a body the
+			// queue would shed (the check counts its own shed).
+			if err := a.d.Vectors.Precheck(job, int64(len(b))); err != nil {
+				shedAgain = err
+				return err
+			}
 		}
 		return decode(b)
 	})
 	// The body buffer is gone once decoded; its bytes leave the gate and
 	// the decoded records are charged to the queue from here on.
 	in.close()
+	if shedAgain != nil {
+		a.shed(w, r, job, shedAgain)
+		return 0, false
+	}
 	if in.err != nil {
 		if errors.Is(in.err, ingest.ErrFull) { // not a client that left while waiting
 			a.d.Vectors.CountShed(in.err)

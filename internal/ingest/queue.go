@@ -130,6 +130,10 @@ type jobQueue[T any] struct {
 	reqs  []*Request[T]
 	bytes int64
 	busy  bool // a writer is committing this job's requests
+	// ratio is the job's last request's cost per byte the caller gave
+	// (decoded in-memory bytes per body byte), so Precheck can charge a
+	// body what it will cost once decoded.
+	ratio float64
 }
 
 // Queue is a bounded, per-job fair ingest queue drained by a few writers.
@@ -213,6 +217,9 @@ func (q *Queue[T]) Submit(job string, payload T, items int, bytes int64) (<-chan
 	}
 	if err := q.admit(job, cost); err != nil {
 		q.shed(err)
+		if jq := q.jobs[job]; jq != nil && bytes > 0 {
+			jq.ratio = float64(cost) / float64(bytes) // learnt from a shed request too
+		}
 		return nil, err
 	}
 	jq := q.jobs[job]
@@ -220,6 +227,9 @@ func (q *Queue[T]) Submit(job string, payload T, items int, bytes int64) (<-chan
 		jq = &jobQueue[T]{}
 		q.jobs[job] = jq
 		q.ring = append(q.ring, job)
+	}
+	if bytes > 0 {
+		jq.ratio = float64(cost) / float64(bytes)
 	}
 	jq.reqs = append(jq.reqs, r)
 	jq.bytes += cost
@@ -232,16 +242,24 @@ func (q *Queue[T]) Submit(job string, payload T, items int, bytes int64) (<-chan
 	return r.done, nil
 }
 
-// Precheck applies Submit's admission to a request of estimated cost
-// without enqueueing anything, so a handler can shed a job that already
-// holds its share before reading and decoding its body (the cost of
-// refusing it then is a header, not a decode). The real cost is checked
-// again at Submit.
-func (q *Queue[T]) Precheck(job string, cost int64) error {
+// Precheck applies Submit's admission to a request of bodyBytes without
+// enqueueing anything, so a handler can shed a job that already holds
+// its share before reading and decoding its body (the cost of refusing
+// it then is a header, not a decode). A job with requests waiting is
+// charged what its body will cost decoded, by the cost per body byte of
+// its last request: charging the body's bytes let a flood's compact
+// protobuf bodies (a third of their decoded size) pass here only to be
+// shed at Submit after their decode — most of a replay flood's server
+// CPU (issue 16 item 13). The real cost is checked again at Submit.
+func (q *Queue[T]) Precheck(job string, bodyBytes int64) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return ErrClosed
+	}
+	cost := bodyBytes
+	if jq := q.jobs[job]; jq != nil && jq.ratio > 1 {
+		cost = int64(min(float64(bodyBytes)*jq.ratio, 1<<62))
 	}
 	if err := q.admit(job, max(cost, 1)); err != nil {
 		q.shed(err)

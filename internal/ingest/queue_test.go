@@ -3,6 +3,7 @@ package ingest
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -296,6 +297,35 @@ func TestGroupFailureShared(t *testing.T) {
 	if commits != 2 {
 		t.Errorf("%d commits for one request and a group of two failing alike, want 2 (no retry one by one)", commits)
 	}
+}
+
+// Issue 16 item 13: Precheck charged a body its bytes, while a compact
+// protobuf body costs about three times that decoded, so a flooding job's
+// bodies passed the precheck only to be shed at Submit after their
+// decode — the flood's wasted decodes took most of the server's CPU. A
+// job with requests waiting is now charged its last request's cost per
+// body byte.
+func TestPrecheckChargesDecodedCost(t *testing.T) {
+	g := &gatedCommit{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	q, _ := newTestQueue(t, Config{MaxBytes: 1000, JobShare: 0.5, Writers: 1}, g)
+	held, _ := q.Submit("j", "held", 1, 1) // taken by the writer, which waits
+	<-g.entered
+	// A waiting request of 300 decoded bytes from a 100-byte body.
+	if _, err := q.Submit("j", strings.Repeat("x", 300), 1, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Precheck("j", 100); !errors.Is(err, ErrJobShare) {
+		t.Errorf("precheck of another 100-byte body: %v, want ErrJobShare (300 held + 300 once decoded > the share of 500)", err)
+	}
+	if err := q.Precheck("other", 100); err != nil {
+		t.Errorf("another job's precheck: %v", err)
+	}
+	g.open()
+	go func() {
+		for range g.entered {
+		}
+	}()
+	<-held
 }
 
 func TestCloseDrains(t *testing.T) {

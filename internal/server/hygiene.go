@@ -245,15 +245,16 @@ func (b *drainBody) Read(p []byte) (int, error) {
 // laggard client) got ConnectionResetError instead of the status and its
 // message (issue 16 item 12). The drain reads through the body deadline,
 // so a trickling client is still cut off; a body whose remaining
-// declared length exceeds limit is not read (the connection is closed, as
-// before), and nor is one whose client waits for "100 Continue" before
-// sending it.
+// declared length exceeds limit (1 MiB for a 429 or 503: load shedding
+// must stay cheap) is not read (the connection is closed, as before), and
+// nor is one whose client waits for "100 Continue" before sending it.
 type drainWriter struct {
 	http.ResponseWriter
 	r       *http.Request
 	body    *drainBody
 	limit   int64
 	drained bool
+	shed    bool // the answer is 429 or 503
 }
 
 func (w *drainWriter) drain() {
@@ -268,13 +269,25 @@ func (w *drainWriter) drain() {
 	if b.n == 0 && strings.EqualFold(w.r.Header.Get("Expect"), "100-continue") {
 		return // the client has not sent the body and will not
 	}
-	if w.r.ContentLength > 0 && w.r.ContentLength-b.n > w.limit {
+	limit := w.limit
+	if w.shed {
+		// Load shed before the body was read (429, 503): its point is
+		// to spend a header on the refusal, not a read. A small body
+		// (a client's usual batch) is still read, so its client gets
+		// the 429 and its Retry-After; a large one is not.
+		limit = maxShedDrain
+	}
+	if w.r.ContentLength > 0 && w.r.ContentLength-b.n > limit {
 		return // too much to read: the connection closes
 	}
-	_, _ = io.CopyN(io.Discard, b, w.limit+1)
+	_, _ = io.CopyN(io.Discard, b, limit+1)
 }
 
+// maxShedDrain bounds the drain of a shed request's body (see drain).
+const maxShedDrain = int64(1) << 20
+
 func (w *drainWriter) WriteHeader(code int) {
+	w.shed = code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable
 	w.drain()
 	w.ResponseWriter.WriteHeader(code)
 }
