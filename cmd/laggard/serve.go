@@ -54,7 +54,7 @@ func (o *storageOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.compactInterval, "compact-interval", time.Minute, "how often retention runs and deleted jobs' space is compacted away")
 	fs.Var(&o.minFree, "min-free", "free disk space to keep on the store's filesystem; below it ingest answers 507 and reads go on (default 0: max(256MiB, 4 memtables); -1: off)")
 	fs.IntVar(&o.maxJobs, "max-jobs", 100_000, "most registered jobs; a new job beyond it answers 507, 1..10000000")
-	fs.Var(&o.queueBytes, "queue-bytes", "memory the ingest queue may hold in decoded batches, e.g. 256MiB; a full queue answers 429 (default 0: 256MiB)")
+	fs.Var(&o.queueBytes, "queue-bytes", "memory the ingest queue may hold in decoded batches, e.g. 256MiB; a full queue answers 429 (default 0: 64MiB)")
 }
 
 func (o *storageOptions) validate() error {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/laggard-dev/laggard/internal/catalog"
 	"github.com/laggard-dev/laggard/internal/ingest"
@@ -15,6 +17,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/signal/collective"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
+	"github.com/laggard-dev/laggard/internal/wire/laggardv1"
 )
 
 // failingScan serves n calls, then fails.
@@ -152,5 +155,41 @@ func TestCommitMixedGroupRetry(t *testing.T) {
 	errs = run(Commit(c), v, col)
 	if errs[0] == nil || errs[1] != nil || c.colls != 1 || col.Payload.Stored.Records != 3 {
 		t.Errorf("vectors failing: errors %v, %d collective writes (want 1), stored %+v", errs, c.colls, col.Payload.Stored)
+	}
+}
+
+// readBody's buffer never grows past the declared length (issue 16 item
+// 9: a body's buffer was up to twice its bytes, uncharged to the gate),
+// still tells a body over the limit (413) from one exactly at it, and
+// reads a body of unknown length.
+func TestReadBodyBuffer(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		n, limit, decl int64
+		tooLarge       bool
+		maxCap         int64
+	}{
+		{"4 MB declared", 4 << 20, 64 << 20, 4 << 20, false, 4<<20 + 1},
+		{"small", 300, 64 << 20, 300, false, 64 << 10},
+		{"unknown length", 3 << 20, 64 << 20, -1, false, 4 << 20},
+		{"exactly the limit", 1 << 20, 1 << 20, 1 << 20, false, 1<<20 + 1},
+		{"one past the limit", 1<<20 + 1, 1 << 20, -1, true, 0},
+	} {
+		var capSeen int64
+		err := readBody(iotest.OneByteReader(bytes.NewReader(make([]byte, c.n))), c.limit, c.decl, func(b []byte) error {
+			if int64(len(b)) != c.n {
+				t.Errorf("%s: body of %d bytes, want %d", c.name, len(b), c.n)
+			}
+			capSeen = int64(cap(b))
+			return nil
+		})
+		switch {
+		case c.tooLarge && !errors.Is(err, laggardv1.ErrTooLarge):
+			t.Errorf("%s: %v, want ErrTooLarge", c.name, err)
+		case !c.tooLarge && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case !c.tooLarge && capSeen > c.maxCap:
+			t.Errorf("%s: buffer of %d bytes for a %d-byte body, want at most %d", c.name, capSeen, c.n, c.maxCap)
+		}
 	}
 }

@@ -48,7 +48,10 @@ type Config struct {
 	// MaxRequests is the queue capacity in requests (1024).
 	MaxRequests int
 	// MaxBytes bounds the cost (decoded in-memory bytes) of the requests
-	// waiting in the queue (256 MiB).
+	// waiting in the queue (64 MiB: hundreds of commits' worth, and with
+	// the body and decode budgets and Go's GC headroom the part of the
+	// server's memory ingest may take; at 256 MiB a collective flood took
+	// the server past 1 GB of RSS, issue 16 item 9).
 	MaxBytes int64
 	// JobShare is the fraction of MaxBytes and MaxRequests one job may
 	// hold once it has requests waiting (0.5). A job's first waiting
@@ -84,12 +87,15 @@ type Config struct {
 	Shared func(error) bool
 }
 
+// DefaultMaxBytes is Config.MaxBytes's default.
+const DefaultMaxBytes = 64 << 20
+
 func (c *Config) setDefaults() {
 	if c.MaxRequests <= 0 {
 		c.MaxRequests = 1024
 	}
 	if c.MaxBytes <= 0 {
-		c.MaxBytes = 256 << 20
+		c.MaxBytes = DefaultMaxBytes
 	}
 	if c.JobShare <= 0 || c.JobShare > 1 {
 		c.JobShare = 0.5

@@ -33,7 +33,8 @@ type Config struct {
 	// DataDir is the store's directory; informational (logged).
 	DataDir string
 	// QueueDepth is the ingest queue capacity in requests (default 1024)
-	// and QueueBytes in request bytes (default 256 MiB). A full queue
+	// and QueueBytes in decoded bytes (default ingest.DefaultMaxBytes,
+	// 64 MiB). A full queue
 	// answers 429.
 	QueueDepth int
 	QueueBytes int64
@@ -254,7 +255,7 @@ func New(cfg Config, st Store) (*Server, error) {
 func (s *Server) newGate() (*ingest.Gate, error) {
 	qb := s.cfg.QueueBytes
 	if qb <= 0 {
-		qb = 256 << 20
+		qb = ingest.DefaultMaxBytes
 	}
 	maxBytes := max(qb/2, 2*s.cfg.MaxBodyBytes)
 	g := ingest.NewGate(ingest.GateConfig{Slots: max(2, runtime.GOMAXPROCS(0)), MaxBytes: maxBytes,

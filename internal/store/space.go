@@ -50,9 +50,15 @@ type spaceGuard struct {
 	log     *slog.Logger
 	now     func() time.Time
 
+	// debt, if set, is the bytes the store's pending compactions still
+	// have to write (Pebble's estimate): room they need on top of the
+	// reserve, read with each free-space reading.
+	debt func() int64
+
 	mu      sync.Mutex
 	checked time.Time
 	avail   int64 // free bytes at the last reading, less the writes since
+	owed    int64 // debt at the last reading
 	known   bool  // the last reading succeeded
 	full    bool
 }
@@ -82,8 +88,20 @@ func (g *spaceGuard) refresh(force bool) {
 	}
 	g.known = true
 	g.avail = int64(min(f, uint64(1)<<62))
-	g.setFull(g.avail < g.reserve, 0)
+	if g.debt != nil {
+		g.owed = max(g.debt(), 0)
+	}
+	g.setFull(g.avail < g.floor(), 0)
 }
+
+// floor is the free space writes must leave: the reserve, plus what
+// pending compactions will write. Why the debt: compactions run after
+// writes stop, and on a small volume they took the reserve to 0 and
+// failed (ENOSPC) while level 0 filled until Pebble stalled every write
+// (issue 16 item 12). Admitting writes only while the compactions they
+// cause have room keeps the store able to catch up, and then to accept
+// writes again.
+func (g *spaceGuard) floor() int64 { return g.reserve + g.owed }
 
 // setFull records the state, logging each transition once.
 func (g *spaceGuard) setFull(full bool, need int64) {
@@ -93,7 +111,7 @@ func (g *spaceGuard) setFull(full bool, need int64) {
 	g.full = full
 	if full {
 		g.log.Error("disk nearly full: refusing writes (ingest answers 507) until space is freed; reads keep working",
-			"dir", g.dir, "free_bytes", g.avail, "reserve_bytes", g.reserve, "write_bytes", need)
+			"dir", g.dir, "free_bytes", g.avail, "reserve_bytes", g.reserve, "compaction_debt_bytes", g.owed, "write_bytes", need)
 	} else {
 		g.log.Info("disk space available again: accepting writes", "dir", g.dir, "free_bytes", g.avail, "reserve_bytes", g.reserve)
 	}
@@ -110,13 +128,13 @@ func (g *spaceGuard) check(need int64) error {
 	if !g.known {
 		return nil
 	}
-	if g.avail-need < g.reserve {
-		if g.avail >= g.reserve {
+	if g.avail-need < g.floor() {
+		if g.avail >= g.floor() {
 			// Close to the edge: a fresh reading before refusing, since
 			// the subtracted writes overstate what the WAL really took.
 			g.refresh(true)
 		}
-		if g.avail-need < g.reserve {
+		if g.avail-need < g.floor() {
 			g.setFull(true, need)
 			return g.errLocked()
 		}
@@ -138,6 +156,10 @@ func (g *spaceGuard) noteNoSpace() {
 }
 
 func (g *spaceGuard) errLocked() error {
+	if g.owed > 0 {
+		return fmt.Errorf("%w: %s free on the data directory's filesystem, below the reserve of %s plus the %s pending compactions will write; writes resume by themselves once space is freed",
+			ErrDiskFull, fmtBytes(g.avail), fmtBytes(g.reserve), fmtBytes(g.owed))
+	}
 	return fmt.Errorf("%w: %s free on the data directory's filesystem, below the reserve of %s; writes resume by themselves once space is freed",
 		ErrDiskFull, fmtBytes(g.avail), fmtBytes(g.reserve))
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,7 +32,8 @@ type Options struct {
 	// CacheSize is the block cache in bytes (default 64 MiB).
 	CacheSize int64
 	// MemTableSize is the size of each Pebble memtable in bytes (default
-	// 64 MiB): larger memtables mean fewer, larger flushes under ingest.
+	// 64 MiB, less on a small volume: see volumeDefaults): larger
+	// memtables mean fewer, larger flushes under ingest.
 	MemTableSize uint64
 	// NoSync acknowledges writes before the WAL is fsync'd. Tests and
 	// benchmarks only: a crash may lose acknowledged vectors. (Durable is
@@ -43,8 +46,9 @@ type Options struct {
 	// MinFreeBytes is the free space the store keeps on its filesystem:
 	// below it writes fail with ErrDiskFull instead of letting Pebble hit
 	// ENOSPC, which it treats as fatal (space.go). Default max(256 MiB,
-	// 4 × MemTableSize), room to flush every memtable; negative disables
-	// the check.
+	// 4 × MemTableSize), room to flush every memtable — on a volume
+	// smaller than 2 GiB, max(volume/8, 4 × MemTableSize) (see
+	// volumeDefaults); negative disables the check.
 	MinFreeBytes int64
 	// FreeSpace reports the free bytes of dir's filesystem; default
 	// statfs. Tests inject it.
@@ -134,12 +138,13 @@ func Open(dir string, opt Options) (*Store, error) {
 	if cacheSize <= 0 {
 		cacheSize = 64 << 20
 	}
+	volMem, volReserve := volumeDefaults(dir, opt.FreeSpace != nil)
 	memSize := opt.MemTableSize
 	if memSize == 0 {
-		memSize = 64 << 20
+		memSize = volMem
 	}
 	if opt.MinFreeBytes == 0 {
-		opt.MinFreeBytes = max(256<<20, 4*int64(memSize))
+		opt.MinFreeBytes = max(volReserve, 4*int64(memSize))
 	}
 	if opt.MaxJobs <= 0 {
 		opt.MaxJobs = 100_000
@@ -166,7 +171,10 @@ func Open(dir string, opt Options) (*Store, error) {
 	cmp := *pebble.DefaultComparer
 	cmp.Split = func(k []byte) int { return len(k) }
 	po := &pebble.Options{
-		Comparer:                    &cmp,
+		Comparer: &cmp,
+		// Obsolete WAL files are deleted, not kept for reuse: see
+		// noRecycle.
+		Cleaner:                     noRecycle{},
 		MemTableSize:                memSize,
 		MemTableStopWritesThreshold: 4,
 		L0CompactionThreshold:       4,
@@ -225,6 +233,7 @@ func Open(dir string, opt Options) (*Store, error) {
 			"dir", dir, "free_bytes", free, "reserve_bytes", opt.MinFreeBytes)
 	}
 	s.db, s.readOnly = db, readOnly
+	s.space.debt = s.compactionDebt
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
@@ -232,6 +241,76 @@ func Open(dir string, opt Options) (*Store, error) {
 	log.Debug("store opened", "dir", dir, "jobs", len(s.jobs), "read_only", readOnly)
 	return s, nil
 }
+
+// compactionDebt is what Pebble's pending compactions still have to
+// write (the free-space floor adds it, space.go). It reads s.db, so it is
+// called only with life held (every spaceGuard reading is).
+func (s *Store) compactionDebt() int64 {
+	if s.readOnly || s.db == nil {
+		return 0
+	}
+	m := s.db.Metrics()
+	return int64(min(m.Compact.EstimatedDebt, 1<<62)) + max(m.Compact.InProgressBytes, 0)
+}
+
+// volumeDefaults are the memtable size and free-space reserve for a
+// store on dir's filesystem. On a large volume: 64 MiB memtables and a
+// 256 MiB reserve. On a small one both shrink with it (memtables of
+// volume/64, at least 1 MiB; a reserve of volume/8, at least eight
+// memtables, room to flush them and compact what they become), because the store's
+// own write-ahead log takes room the reserve cannot count on: each WAL
+// file is preallocated to 1.1 memtables, and up to five memtables (each
+// with its WAL) may wait for their flush. With the fixed defaults a
+// store on a volume under ~700 MiB could pass below its own reserve
+// with its logs alone — and then refuse every write while nothing that
+// would free them (a flush, which needs writes) could run: ingest never
+// resumed after a disk-full episode (issue 16 item 12). injected: the
+// caller supplies free space (tests); the volume is not read.
+func volumeDefaults(dir string, injected bool) (memSize uint64, reserve int64) {
+	memSize, reserve = 64<<20, 256<<20
+	if injected {
+		return memSize, reserve
+	}
+	total, err := statfsTotal(existingParent(dir))
+	if err != nil || total == 0 || total >= 2<<30 {
+		return memSize, reserve
+	}
+	memSize = max(1<<20, min(64<<20, total/64)) &^ (1<<20 - 1)
+	return memSize, max(int64(total/8), 8*int64(memSize))
+}
+
+// existingParent is dir or its nearest existing ancestor (the store may
+// not have created dir yet).
+func existingParent(dir string) string {
+	for d := dir; ; {
+		if _, err := os.Stat(d); err == nil {
+			return d
+		}
+		p := filepath.Dir(d)
+		if p == d {
+			return d
+		}
+		d = p
+	}
+}
+
+// noRecycle is Pebble's default cleaner (delete) that also turns off its
+// WAL recycling: Pebble keeps up to MemTableStopWritesThreshold+1
+// obsolete WAL files (each a preallocated 1.1 memtables) to reuse, and
+// holds their space for as long as no new WAL is made — which on a full
+// disk, where writes are refused, is for ever: the space a flush freed
+// never came back (issue 16 item 12). Pebble v1.1 has no option for
+// this; it skips recycling for a cleaner that "needs file contents",
+// which the ArchiveCleaner two levels down declares, while its Clean
+// is shadowed by the DeleteCleaner's one level up (Go's method
+// promotion: the shallower wins). A new WAL file costs one more
+// metadata sync per memtable (64 MiB of writes), nothing measurable.
+type noRecycle struct {
+	pebble.DeleteCleaner
+	needsContents
+}
+
+type needsContents struct{ pebble.ArchiveCleaner }
 
 // openDB opens Pebble with a fresh block cache (a closed DB's cache is
 // released with it), turning its fatal-error panic (pebbleLogger.Fatalf)
