@@ -1,10 +1,11 @@
 // Package chaos is laggard's end-to-end chaos and load suite. It has no
 // code of its own: its tests build the real `laggard serve` binary with
 // `go build`, run it as a subprocess on loopback and attack it over HTTP —
-// SIGKILL mid-ingest, a full disk, a flooding job, slow clients, and a
-// probe for every defect of issue 6 that is visible over HTTP
-// (TestChaos_D1…TestChaos_D13). Because they only speak HTTP, they test
-// behaviour, not internals.
+// SIGKILL mid-ingest, a full disk, a flooding job, slow clients, load with
+// a memory check (vectors: TestChaos_Load; collective calls:
+// TestChaos_LoadCollectives, issue 16 item 9), and a probe for every
+// defect of issue 6 that is visible over HTTP (TestChaos_D1…TestChaos_D13).
+// Because they only speak HTTP, they test behaviour, not internals.
 //
 // Modes (environment variable LAGGARD_CHAOS):
 //

@@ -29,22 +29,32 @@
 // a time window of one rank is one bounded iterator. Communicator ids are
 // interned per job (m/), which keeps a call key at 24 bytes after the job.
 // A call whose seq is above its (rank, comm) high-water mark (h/) is new by
-// construction; only a resent one costs an exact-key probe.
+// construction; only a resent one is read back and compared.
 //
 // Job ids never contain \x00, so one job's vectors form one contiguous key
 // range and no job's range is a prefix of another's. A scan of steps
 // [a, b] is one bounded iterator in ascending (step, rank, micro) order.
 //
-// Writing the same (job, step, rank, micro) again overwrites the stored
-// vector: the latest acknowledged write wins, and JobStats.Vectors counts
-// distinct keys, not writes. Telling new keys from overwrites is cheap:
-// keys past LastStep are new by construction, keys in the newest 64 steps
-// hit an in-memory bitset per job (tail.go, rebuilt on the first write after
-// Open by a bounded scan), and only late keys older than that probe Pebble.
+// A stored record is never overwritten (conflict.go, stack_conflict.go):
+// writing the same key again with the same value is a duplicate (not
+// written again; JobStats.Vectors counts distinct keys), with another value
+// a conflict (ErrConflict; the write stores nothing). Telling new keys from
+// re-sent ones is cheap: keys past LastStep are new by construction, keys
+// in the newest 64 steps absent from an in-memory bitset per job (tail.go,
+// rebuilt on the first write after Open by a bounded scan) are new, and
+// only keys the bitset holds or late keys older than its window are read
+// back, by one forward iterator per write.
 //
 // Durability: Append and AppendMany return only after the batch is in the
 // fsync'd write-ahead log (unless Options.NoSync). Each call is one Pebble
 // batch, so it is stored entirely or not at all. Concurrent callers share
 // fsyncs (Pebble group-commits the WAL); AppendMany additionally puts
-// several jobs' vectors in one batch for callers that queue ingest.
+// several jobs' vectors in one batch for callers that queue ingest. Writes
+// are serialized per job (joblock.go), not store-wide.
+//
+// Space (space.go): writes leave a free-space reserve plus what pending
+// compactions will write; on a volume under 2 GiB the memtables and the
+// reserve shrink with it, and obsolete WAL files are deleted rather than
+// kept for reuse, so a store that filled its volume accepts writes again
+// once space is freed.
 package store

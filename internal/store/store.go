@@ -208,8 +208,13 @@ func Open(dir string, opt Options) (*Store, error) {
 		// sstables that cannot hold the key.
 		l.FilterPolicy = bloom.FilterPolicy(10)
 		l.FilterType = pebble.TableFilter
+		// Files double per level up to 64 MiB, not 512 MiB: a table's
+		// bloom filter is one block (10 bits a key), and a block larger
+		// than a shard of the block cache (at least 4 MiB) is never
+		// cached — every exact-key Get read a multi-MiB filter from the
+		// file again (issue 16 item 13).
 		if i > 0 {
-			l.TargetFileSize = po.Levels[i-1].TargetFileSize * 2
+			l.TargetFileSize = min(po.Levels[i-1].TargetFileSize*2, 64<<20)
 		} else {
 			l.TargetFileSize = 8 << 20
 		}
