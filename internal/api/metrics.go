@@ -3,10 +3,10 @@ package api
 import (
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/laggard-dev/laggard/internal/ingest"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
@@ -36,9 +36,9 @@ type Metrics struct {
 	calls                  *prometheus.CounterVec // collective calls, by job, encoding
 	rejected               *prometheus.CounterVec // by reason
 	conflicts              *prometheus.CounterVec // refused re-sends, by record kind
-	conflictLog            throttle
+	conflictLog            ingest.Throttle
 	reportSeconds          prometheus.Histogram
-	shedLog                throttle
+	shedLog                ingest.Throttle
 	stacks                 stackMetrics // SysOM-AI ingest (stacks.go)
 	kair                   kairMetrics  // KAIR trace uploads (kair.go)
 }
@@ -109,71 +109,42 @@ func (m *Metrics) countCalls(job, encoding string, calls int, bytes int64) {
 }
 
 // noteConflict counts a post refused for re-sending a stored record with
-// other values and logs it (at most every logEvery): the client's
+// other values and logs it (at most every ingest.ThrottleEvery): the client's
 // answer says what conflicts, this says that something re-sends data it
 // should not (a restarted job re-using its identity, a client bug).
 func (m *Metrics) noteConflict(log *slog.Logger, job, records string, ce *signal.ConflictError) {
 	m.conflicts.WithLabelValues(records).Inc()
-	m.conflictLog.note(func(missed int) {
+	m.conflictLog.Note(func(missed int) {
 		log.Warn("refused a post re-sending stored records with other values (409)", "job", job, "field", ce.Field, "err", ce.Msg,
 			"conflicts_since_last_log", missed)
 	})
 }
 
-// noteShed logs shedding at most every logEvery: under overload every
+// noteShed logs shedding at most every ingest.ThrottleEvery: under overload every
 // request would otherwise log, making the overload worse.
 func (m *Metrics) noteShed(log *slog.Logger, job string, depth int) {
-	m.shedLog.note(func(missed int) {
+	m.shedLog.Note(func(missed int) {
 		log.Warn("ingest queue full, shedding with 429", "job", job, "queue_depth", depth, "shed_since_last_log", missed+1)
 	})
 }
 
-// throttle runs a log call at most once every logEvery and counts the
-// calls it skipped in between, which the next one reports: a condition
-// that fails every request (a full disk answering 507 to each post, an
-// overloaded queue) logs a line every 10 s saying how many it stood for,
-// not a line per request (issue 16: 1,211 WARN lines in 10 s).
-type throttle struct {
-	mu     sync.Mutex
-	last   time.Time
-	missed int
-}
-
-const logEvery = 10 * time.Second
-
-// note calls emit with the number of calls skipped since the last one,
-// or skips this one.
-func (l *throttle) note(emit func(missed int)) {
-	l.mu.Lock()
-	now := time.Now()
-	if !l.last.IsZero() && now.Sub(l.last) < logEvery {
-		l.missed++
-		l.mu.Unlock()
-		return
-	}
-	missed := l.missed
-	l.last, l.missed = now, 0
-	l.mu.Unlock()
-	emit(missed)
-}
-
 // errorLog throttles the WARN lines of failed requests per status: each
-// status (500, 503, 507) logs at most one line per logEvery.
+// status (500, 503, 507) logs at most one line per ingest.ThrottleEvery.
 type errorLog struct {
 	mu sync.Mutex
-	by map[int]*throttle
+	by map[int]*ingest.Throttle
 }
 
 func (e *errorLog) note(status int, emit func(missed int)) {
 	e.mu.Lock()
 	if e.by == nil {
-		e.by = map[int]*throttle{}
+		e.by = map[int]*ingest.Throttle{}
 	}
 	t := e.by[status]
 	if t == nil {
-		t = &throttle{}
+		t = &ingest.Throttle{}
 		e.by[status] = t
 	}
 	e.mu.Unlock()
-	t.note(emit)
+	t.Note(emit)
 }
