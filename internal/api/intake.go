@@ -179,15 +179,18 @@ func (a *API) checkBodyHeaders(w http.ResponseWriter, r *http.Request) bool {
 func (a *API) readGated(w http.ResponseWriter, r *http.Request, job string, decode func(b []byte) error) (int64, bool) {
 	// Shed a job that already holds its share of the queue before its
 	// body is read: refusing it then costs a header, not a decode (D2).
-	if err := a.d.Vectors.Precheck(job, r.ContentLength); err != nil { // a length of -1 (unknown) counts as 1
+	// The admission holds the body's estimated cost until it is decoded,
+	// so a flood's concurrent posts do not all pass on the same room.
+	release, err := a.d.Vectors.Hold(job, r.ContentLength) // a length of -1 (unknown) counts as 1
+	if err != nil {
 		a.shed(w, r, job, err)
 		return 0, false
 	}
+	defer release()
 	body := &countingReader{r: r.Body}
 	in := &gatedReader{r: body, g: a.d.Gate, job: job}
 	defer in.close()
-	var shedAgain error
-	err := readBody(in, a.d.MaxBodyBytes, r.ContentLength, func(b []byte) error {
+	err = readBody(in, a.d.MaxBodyBytes, r.ContentLength, func(b []byte) error {
 		// Decoding a large body is the CPU-heavy part: it takes one of a
 		// few slots, handed round-robin between jobs (ingest.Gate). A
 		// small body decodes in microseconds and goes straight through,
@@ -199,23 +202,12 @@ func (a *API) readGated(w http.ResponseWriter, r *http.Request, job string, deco
 				return err
 			}
 			defer release()
-			// The queue may have filled while this body waited for its
-			// slot: check again, so a decode is not spent on a body the
-			// queue would shed (the check counts its own shed).
-			if err := a.d.Vectors.Precheck(job, int64(len(b))); err != nil {
-				shedAgain = err
-				return err
-			}
 		}
 		return decode(b)
 	})
 	// The body buffer is gone once decoded; its bytes leave the gate and
 	// the decoded records are charged to the queue from here on.
 	in.close()
-	if shedAgain != nil {
-		a.shed(w, r, job, shedAgain)
-		return 0, false
-	}
 	if in.err != nil {
 		if errors.Is(in.err, ingest.ErrFull) { // not a client that left while waiting
 			a.d.Vectors.CountShed(in.err)

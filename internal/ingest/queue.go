@@ -140,6 +140,13 @@ type jobQueue[T any] struct {
 	// (decoded in-memory bytes per body byte), so Precheck can charge a
 	// body what it will cost once decoded.
 	ratio float64
+	// holds are requests admitted by Hold whose bodies are being read
+	// and decoded, and holdBytes their estimated cost: counted like
+	// waiting requests, so concurrent admissions cannot all pass on the
+	// same room.
+	holds     int
+	holdBytes int64
+	inRing    bool // listed in Queue.ring (has or had requests waiting)
 }
 
 // Queue is a bounded, per-job fair ingest queue drained by a few writers.
@@ -173,6 +180,8 @@ type Queue[T any] struct {
 	closed bool
 	bytes  int64 // cost of all waiting requests
 	reqs   int   // waiting requests
+	held   int64 // estimated cost of the requests admitted by Hold, not yet released
+	holds  int
 	jobs   map[string]*jobQueue[T]
 	ring   []string // jobs with waiting requests, in service order
 
@@ -230,7 +239,10 @@ func (q *Queue[T]) Submit(job string, payload T, items int, bytes int64) (<-chan
 	if jq == nil {
 		jq = &jobQueue[T]{}
 		q.jobs[job] = jq
+	}
+	if !jq.inRing {
 		q.ring = append(q.ring, job)
+		jq.inRing = true
 	}
 	if bytes > 0 {
 		jq.ratio = float64(cost) / float64(bytes)
@@ -261,15 +273,64 @@ func (q *Queue[T]) Precheck(job string, bodyBytes int64) error {
 	if q.closed {
 		return ErrClosed
 	}
-	cost := bodyBytes
-	if jq := q.jobs[job]; jq != nil && jq.ratio > 1 {
-		cost = int64(min(float64(bodyBytes)*jq.ratio, 1<<62))
-	}
-	if err := q.admit(job, max(cost, 1)); err != nil {
+	if err := q.admit(job, q.estimate(job, bodyBytes)); err != nil {
 		q.shed(err)
 		return err
 	}
 	return nil
+}
+
+// estimate is what a body of bodyBytes will cost job decoded. q.mu is
+// held.
+func (q *Queue[T]) estimate(job string, bodyBytes int64) int64 {
+	cost := bodyBytes
+	if jq := q.jobs[job]; jq != nil && jq.ratio > 1 {
+		cost = int64(min(float64(bodyBytes)*jq.ratio, 1<<62))
+	}
+	return max(cost, 1)
+}
+
+// Hold is Precheck that also holds the admitted request's estimated cost
+// against the job's share and the queue's bounds until release is called
+// (once its body is read and decoded; Submit then charges the real
+// cost). Without it a flood's concurrent posts each passed the same
+// check on the same room: 64 connections had their 4 MB bodies read,
+// then shed at the gate or the queue — a third of a replay flood's
+// server CPU reading bodies it then refused (issue 16 item 13).
+func (q *Queue[T]) Hold(job string, bodyBytes int64) (release func(), err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil, ErrClosed
+	}
+	cost := q.estimate(job, bodyBytes)
+	if err := q.admit(job, cost); err != nil {
+		q.shed(err)
+		return nil, err
+	}
+	jq := q.jobs[job]
+	if jq == nil {
+		jq = &jobQueue[T]{}
+		q.jobs[job] = jq
+	}
+	jq.holds++
+	jq.holdBytes += cost
+	q.holds++
+	q.held += cost
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			jq.holds--
+			jq.holdBytes -= cost
+			q.holds--
+			q.held -= cost
+			if jq.holds == 0 && !jq.inRing && q.jobs[job] == jq {
+				delete(q.jobs, job)
+			}
+		})
+	}, nil
 }
 
 // admit applies the bounds to a request of cost from job; q.mu is held.
@@ -280,13 +341,14 @@ func (q *Queue[T]) admit(job string, cost int64) error {
 	c := &q.cfg
 	// A request larger than the byte bound alone is still admitted into
 	// an empty queue, or it could never be stored.
-	if q.reqs+1 > c.MaxRequests || (q.bytes > 0 && q.bytes+cost > c.MaxBytes) {
+	reqs, bytes := q.reqs+q.holds, q.bytes+q.held
+	if reqs+1 > c.MaxRequests || (bytes > 0 && bytes+cost > c.MaxBytes) {
 		return ErrFull
 	}
 	var held int64
 	var heldReqs int
 	if jq := q.jobs[job]; jq != nil {
-		held, heldReqs = jq.bytes, len(jq.reqs)
+		held, heldReqs = jq.bytes+jq.holdBytes, len(jq.reqs)+jq.holds
 	}
 	if heldReqs > 0 && (float64(held+cost) > c.JobShare*float64(c.MaxBytes) || float64(heldReqs+1) > max(1, c.JobShare*float64(c.MaxRequests))) {
 		return ErrJobShare
@@ -296,7 +358,7 @@ func (q *Queue[T]) admit(job string, cost int64) error {
 		return nil // may use the reserve: the room a flood cannot take
 	}
 	reserveR := int(c.Reserve * float64(c.MaxRequests))
-	if q.reqs+1 > max(c.MaxRequests-reserveR, 1) || (q.bytes > 0 && q.bytes+cost > c.MaxBytes-reserveB) {
+	if reqs+1 > max(c.MaxRequests-reserveR, 1) || (bytes > 0 && bytes+cost > c.MaxBytes-reserveB) {
 		return ErrFull
 	}
 	return nil
@@ -410,7 +472,10 @@ func (q *Queue[T]) dropIdle() {
 		if jq := q.jobs[job]; len(jq.reqs) > 0 || jq.busy {
 			ring = append(ring, job)
 		} else {
-			delete(q.jobs, job)
+			jq.inRing = false
+			if jq.holds == 0 {
+				delete(q.jobs, job)
+			}
 		}
 	}
 	clear(q.ring[len(ring):])

@@ -328,6 +328,34 @@ func TestPrecheckChargesDecodedCost(t *testing.T) {
 	<-held
 }
 
+// Issue 16 item 13: a flood's concurrent posts each passed Precheck on
+// the same room, so 64 connections' bodies were read only to be shed
+// afterwards. Hold keeps what it admitted until release: the job's next
+// admission sees it, another job's small post does not wait for it.
+func TestHoldCountsAdmittedBodies(t *testing.T) {
+	q, _ := newTestQueue(t, Config{MaxBytes: 1000, JobShare: 0.5}, &gatedCommit{})
+	release, err := q.Hold("flood", 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Hold("flood", 300); !errors.Is(err, ErrJobShare) {
+		t.Fatalf("a second 300-byte body while the first is held: %v, want ErrJobShare (600 > the share of 500)", err)
+	}
+	if _, err := q.Hold("small", 10); err != nil {
+		t.Fatalf("another job's small post: %v", err)
+	}
+	release()
+	release() // idempotent
+	r2, err := q.Hold("flood", 300)
+	if err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	r2()
+	if q.Jobs() != 0 || q.QueuedBytes() != 0 {
+		t.Fatalf("released holds left %d jobs, %d bytes", q.Jobs(), q.QueuedBytes())
+	}
+}
+
 func TestCloseDrains(t *testing.T) {
 	g := &gatedCommit{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 	q, _ := newTestQueue(t, Config{}, g)
