@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/laggard-dev/laggard/internal/ingest"
 	"github.com/laggard-dev/laggard/internal/signal"
@@ -113,9 +114,26 @@ func (a *API) shed(w http.ResponseWriter, r *http.Request, job string, err error
 		return
 	}
 	a.d.Metrics.noteShed(a.d.Log, job, a.d.Vectors.Depth())
+	if errors.Is(err, ingest.ErrJobShare) {
+		// This job already holds its share while others are served: a
+		// client that ignores Retry-After (64 connections re-posting 4 MB
+		// bodies every few ms) would turn shedding into a busy loop of
+		// connections and refused bodies, which takes the CPU another
+		// job's post needs (issue 16 item 13). Answer it after a short
+		// pause; another job's post is never paused.
+		t := time.NewTimer(shedPause)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+		t.Stop()
+	}
 	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(max(1, a.d.RetryAfter.Seconds())))))
 	a.reject(w, r, http.StatusTooManyRequests, reasonQueueFull, err)
 }
+
+// shedPause is how long a job over its share waits for its 429.
+const shedPause = 250 * time.Millisecond
 
 // gatedReader counts the body bytes it has received in the gate's
 // in-flight budget — bytes that arrived, not the Content-Length, or a
