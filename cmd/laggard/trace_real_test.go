@@ -70,6 +70,16 @@ func TestTraceRealCaptures(t *testing.T) {
 			if !c.mustRank && !strings.Contains(rep.Headline, "suspect the network") {
 				t.Errorf("slow link: the headline should point at the collective time all ranks share: %s", rep.Headline)
 			}
+			// No rank is at fault on the slow link (issue 16 item 7a): a
+			// culprit there is a confidently wrong answer. A named culprit
+			// must say how much of the wait for its rank it explains (6a).
+			if !c.mustRank && (rep.Verdict == kair.VerdictCulprit || rep.Verdict == kair.VerdictRank) {
+				t.Errorf("slow link (no faulty rank): verdict %s: %s", rep.Verdict, rep.Headline)
+			}
+			if c.mustRank && (rep.Impact == nil || !rep.Impact.Checked || !rep.Impact.Material || rep.Impact.Rank != truth.FaultRank ||
+				!strings.Contains(rep.Headline, "accounts for")) {
+				t.Errorf("%s: the culprit does not state what it explains: impact %+v, headline %s", truth.Fault, rep.Impact, rep.Headline)
+			}
 		})
 	}
 }

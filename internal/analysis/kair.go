@@ -42,6 +42,7 @@ type (
 // KAIR verdicts (kair.TraceVerdict), for callers above analysis.
 const (
 	KairVerdictCulprit      = kair.VerdictCulprit
+	KairVerdictRank         = kair.VerdictRank
 	KairVerdictNone         = kair.VerdictNone
 	KairVerdictInconclusive = kair.VerdictInconclusive
 )

@@ -40,6 +40,7 @@ func KAIR(w io.Writer, r *kair.TraceReport) error {
 	kairHeader(p, r)
 	kairRhythm(p, r.Rhythm)
 	kairClock(p, r.Clock)
+	kairWaits(p, r)
 	kairOutliers(p, r)
 	kairCauses(p, r)
 	c := r.Config
@@ -220,6 +221,75 @@ func kairClock(p *printer, cl []kair.ClockEstimate) {
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%d\t\n", c.Rank, c.Method, signedNS(c.OffsetNS), nsText(c.ResidualNS), c.Samples, c.Violations)
 	}
 	p.table(tw)
+}
+
+// kairWaits is who the ranks waited for at collectives (kair.Hold): the
+// time a culprit must explain (issue 16 item 6a).
+func kairWaits(p *printer, r *kair.TraceReport) {
+	n := len(r.StepReports)
+	if n == 0 {
+		return
+	}
+	type row struct {
+		rank, last    int
+		typical, most int64
+		op            string
+	}
+	byRank := map[int]*row{}
+	per := map[int][]int64{}
+	joined := false
+	for i, sr := range r.StepReports {
+		if sr == nil {
+			continue
+		}
+		joined = joined || sr.Joined
+		for _, h := range sr.Held {
+			w := byRank[h.Rank]
+			if w == nil {
+				w = &row{rank: h.Rank}
+				byRank[h.Rank] = w
+				per[h.Rank] = make([]int64, n)
+			}
+			per[h.Rank][i] = h.NS
+			if h.NS > 0 {
+				w.last++
+			}
+			if h.NS > w.most {
+				w.most, w.op = h.NS, h.Op
+			}
+		}
+	}
+	if !joined {
+		p.f("\nwaits at collectives: no collective joins the ranks in the analysed steps (not measured)\n")
+		return
+	}
+	rows := make([]*row, 0, len(byRank))
+	for rk, w := range byRank {
+		xs := per[rk]
+		slices.Sort(xs)
+		w.typical = xs[len(xs)-(len(xs)+1)/2]
+		rows = append(rows, w)
+	}
+	slices.SortFunc(rows, func(a, b *row) int {
+		return cmp.Or(cmp.Compare(b.typical, a.typical), cmp.Compare(b.most, a.most), cmp.Compare(a.rank, b.rank))
+	})
+	p.f("\nwaits at collectives (how long the others waited for the last to arrive, per step):")
+	if len(rows) == 0 {
+		p.f(" none\n")
+		return
+	}
+	p.f("\n")
+	tw := newTable()
+	fmt.Fprintf(tw, "  rank\tlast in\ttypical*\tmost\top\t\n")
+	for i, w := range rows {
+		if i == 8 {
+			fmt.Fprintf(tw, "  … %d more\t\t\t\t\t\n", len(rows)-i)
+			break
+		}
+		fmt.Fprintf(tw, "  %d\t%d/%d\t%s\t%s\t%s\t\n", w.rank, w.last, n, nsText(w.typical), nsText(w.most), clipText(w.op, 40))
+	}
+	p.table(tw)
+	p.f("  * reached in at least half the analysed steps: what a culprit on that rank must explain\n")
 }
 
 func kairOutliers(p *printer, r *kair.TraceReport) {

@@ -289,3 +289,70 @@ func (d *dag) collectives() {
 		}
 	}
 }
+
+// holds is Report.Held and Report.Joined: for every collective instance
+// joining ≥ 2 ranks, the member with the shortest recorded duration
+// arrived last (every member leaves together, so the others' extra time
+// is their wait for it) and held the group by the gap to the second
+// shortest. Per rank, the sum over one op's instances; the op where it is
+// largest (the blocking one: an asynchronous enqueue such as
+// c10d::allreduce_ holds nobody, and its worker's gloo:all_reduce is the
+// same collective, so the two are not added).
+func (d *dag) holds() ([]Hold, bool) {
+	members := make([][]int32, len(d.collLast))
+	for k := range d.nodes {
+		if c := d.nodes[k].coll; c >= 0 {
+			members[c] = append(members[c], int32(k))
+		}
+	}
+	type rk struct {
+		rank int
+		op   string
+	}
+	sum := map[rk]*Hold{}
+	joined := false
+	for _, m := range members {
+		// Shortest duration, then the shortest on another rank (a
+		// malformed trace may put one rank twice in an instance).
+		first, second := int32(-1), int32(-1)
+		for _, k := range m {
+			if first < 0 || d.nodes[k].ev.DurNS < d.nodes[first].ev.DurNS {
+				first = k
+			}
+		}
+		for _, k := range m {
+			if d.nodes[k].rank != d.nodes[first].rank && (second < 0 || d.nodes[k].ev.DurNS < d.nodes[second].ev.DurNS) {
+				second = k
+			}
+		}
+		if second < 0 {
+			continue
+		}
+		joined = true
+		gap := d.nodes[second].ev.DurNS - d.nodes[first].ev.DurNS
+		if gap <= 0 {
+			continue
+		}
+		nd := &d.nodes[first]
+		key := rk{nd.rank, nd.ev.Name}
+		h := sum[key]
+		if h == nil {
+			h = &Hold{Rank: nd.rank, Op: nd.ev.Name}
+			sum[key] = h
+		}
+		h.NS = min(h.NS+gap, optrace.MaxDurNS)
+		h.Instances++
+	}
+	best := map[int]Hold{}
+	for _, h := range sum {
+		if b, ok := best[h.Rank]; !ok || h.NS > b.NS || (h.NS == b.NS && h.Op < b.Op) {
+			best[h.Rank] = *h
+		}
+	}
+	out := make([]Hold, 0, len(best))
+	for _, h := range best {
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b Hold) int { return cmp.Or(cmp.Compare(b.NS, a.NS), cmp.Compare(a.Rank, b.Rank)) })
+	return out, joined
+}

@@ -118,7 +118,11 @@ type Cause struct {
 type TraceVerdict string
 
 const (
-	VerdictCulprit      TraceVerdict = "culprit"      // a consistent top root cause
+	VerdictCulprit TraceVerdict = "culprit" // a consistent top root cause
+	// VerdictRank: the top candidates compete (none costs 2× the others)
+	// but are all on one rank, so the rank is certain and the operator is
+	// one of Impact.Causes.
+	VerdictRank         TraceVerdict = "culprit_rank"
 	VerdictNone         TraceVerdict = "none"         // no outliers: nothing to blame
 	VerdictInconclusive TraceVerdict = "inconclusive" // too little or inconsistent evidence
 )
@@ -146,7 +150,11 @@ type TraceReport struct {
 	// unless Stage 1 named a straggler.
 	StragglerOutliers []Instance `json:"straggler_outliers"`
 	// Causes are ranked: steps desc, then score desc; ≤ 20.
-	Causes   []Cause      `json:"causes"`
+	Causes []Cause `json:"causes"`
+	// Impact is what the judged candidate(s) explain of the step time —
+	// the wait the other ranks spent on their rank; nil when no
+	// candidate was judged (no material, consistent, separated cause).
+	Impact   *Impact      `json:"impact,omitempty"`
 	Verdict  TraceVerdict `json:"verdict"`
 	Headline string       `json:"headline"`
 	Config   RunConfig    `json:"config"`
@@ -629,13 +637,55 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 		sp := medianStepSpan(rep.StepReports)
 		parts = append(parts, fmt.Sprintf("No material slowdown to blame: the largest deviation, %s, costs %s per step (%.1f%% of the median step, %s), below the %.0f%% a culprit must cost.",
 			describeCause(top), fmtNS(top.ExcessNS/int64(max(1, top.Steps))), 100*float64(top.ExcessNS)/float64(max(1, top.Steps))/float64(max(1, sp)), fmtNS(sp), 100*cfg.MinShare))
-	case top.Kind != KindInconclusive && 2*top.Steps >= na && (runner == nil || top.ExcessNS >= culpritSeparation*runner.ExcessNS):
-		v = VerdictCulprit
-		parts = append(parts, fmt.Sprintf("Culprit: %s — %s over peers in %d of %d analysed step(s), explaining %d flagged instance(s) (a = %.1f).",
-			describeCause(top), fmtNS(top.ExcessNS), top.Steps, na, top.Symptoms, top.Score))
 	case top.Kind != KindInconclusive && 2*top.Steps >= na:
-		parts = append(parts, fmt.Sprintf("Inconclusive: two candidates cost comparable time — %s (%s over peers in %d step(s)) and %s (%s in %d) — not %g× apart, so neither is named.",
-			describeCause(top), fmtNS(top.ExcessNS), top.Steps, describeCause(runner), fmtNS(runner.ExcessNS), runner.Steps, float64(culpritSeparation)))
+		// The candidates: the top cause and every actionable one within
+		// culpritSeparation of it. On different ranks they compete; on
+		// one rank, the rank is certain (issue 16 item 7c).
+		comp := []int{0}
+		for i := 1; i < len(rep.Causes); i++ {
+			if c := &rep.Causes[i]; c.Kind != KindInconclusive && top.ExcessNS < culpritSeparation*c.ExcessNS {
+				comp = append(comp, i)
+			}
+		}
+		oneRank := true
+		for _, i := range comp {
+			oneRank = oneRank && rep.Causes[i].Rank == top.Rank
+		}
+		if !oneRank {
+			parts = append(parts, fmt.Sprintf("Inconclusive: two candidates cost comparable time — %s (%s over peers in %d step(s)) and %s (%s in %d) — not %g× apart, so neither is named.",
+				describeCause(top), fmtNS(top.ExcessNS), top.Steps, describeCause(runner), fmtNS(runner.ExcessNS), runner.Steps, float64(culpritSeparation)))
+			break
+		}
+		im := impact(rep, comp, cfg.MinShare)
+		rep.Impact = im
+		what := describeCause(top)
+		if len(comp) > 1 {
+			var names []string
+			for _, i := range comp {
+				names = append(names, describeCause(&rep.Causes[i]))
+			}
+			what = fmt.Sprintf("rank %d's %d candidates (%s)", top.Rank, len(comp), strings.Join(names, "; "))
+		}
+		switch {
+		case !im.Material:
+			v = VerdictNone
+			parts = append(parts, notExplained(im, na, what, cfg.MinShare))
+		case len(comp) == 1:
+			v = VerdictCulprit
+			parts = append(parts, fmt.Sprintf("Culprit: %s — %s over peers in %d of %d analysed step(s), explaining %d flagged instance(s) (a = %.1f).",
+				describeCause(top), fmtNS(top.ExcessNS), top.Steps, na, top.Symptoms, top.Score))
+			parts = append(parts, impactWords(im, na, "this cause", cfg.MinShare))
+		default:
+			v = VerdictRank
+			var list []string
+			for k, i := range comp {
+				c := &rep.Causes[i]
+				list = append(list, fmt.Sprintf("(%d) %s — %s over peers in %d step(s)", k+1, describeCause(c), fmtNS(c.ExcessNS), c.Steps))
+			}
+			parts = append(parts, fmt.Sprintf("Culprit rank %d: its top %d candidates cost comparable time (none %g× another), so which one is not certain, but all are on rank %d: %s.",
+				top.Rank, len(comp), float64(culpritSeparation), top.Rank, strings.Join(list, "; ")))
+			parts = append(parts, impactWords(im, na, "together they", cfg.MinShare))
+		}
 	default:
 		var lead *Cause
 		for i := range rep.Causes {
@@ -655,12 +705,6 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 			parts = append(parts, fmt.Sprintf("Inconclusive: every blame walk stopped at an operator it could not judge%s.", why))
 		}
 	}
-	if v == VerdictCulprit {
-		if sp := medianStepSpan(rep.StepReports); sp > 0 {
-			parts = append(parts, fmt.Sprintf("That is %s per step, %.0f%% of the median step (%s).",
-				fmtNS(top.ExcessNS/int64(max(1, top.Steps))), 100*float64(top.ExcessNS)/float64(max(1, top.Steps))/float64(sp), fmtNS(sp)))
-		}
-	}
 	if sp, cm := medianStepSpan(rep.StepReports), medianComm(rep.StepReports); sp > 0 && 4*cm >= sp {
 		parts = append(parts, fmt.Sprintf("Every rank also spends %s per step (%.0f%% of the step) in one collective after its last member arrived — time spent alike on all ranks, which cross-rank comparison cannot attribute; if it is longer than the data volume warrants, suspect the network (a slow link or congestion: Greyhound's link validation, Vedrfolnir).",
 			fmtNS(cm), 100*float64(cm)/float64(sp)))
@@ -668,11 +712,11 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 	rh := rep.Rhythm
 	switch {
 	case rh == nil:
-	case rh.Verdict == RhythmStraggler && v == VerdictCulprit &&
+	case rh.Verdict == RhythmStraggler && (v == VerdictCulprit || v == VerdictRank) &&
 		rh.Straggler != top.Rank && !(top.Kind == KindEdge && rh.Straggler == top.FromRank):
 		parts = append(parts, fmt.Sprintf("Stage 1's rhythm straggler is rank %d, not the culprit's rank %d: the culprit is where the delay starts, the straggler the rank whose completions diverge most — look at both.",
 			rh.Straggler, top.Rank))
-	case rh.Verdict == RhythmStraggler && v == VerdictCulprit:
+	case rh.Verdict == RhythmStraggler && (v == VerdictCulprit || v == VerdictRank):
 		parts = append(parts, fmt.Sprintf("Stage 1 localizes the same rank (S = %.3f).", rh.Score[slices.Index(rh.Ranks, rh.Straggler)]))
 	case rh.Verdict == RhythmStraggler:
 		parts = append(parts, fmt.Sprintf("Stage 1 localizes rank %d as the straggler: %s.", rh.Straggler, rh.Why))
