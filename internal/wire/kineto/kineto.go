@@ -72,6 +72,12 @@ type Options struct {
 	// beyond it device work falls back to the step range by timestamp and
 	// NCCL kernels lose the inherited collective instance.
 	CorrelationWindow int
+
+	// deferLinks (ReadTrace) leaves Step -1 on everything but ProfilerStep
+	// ranges, inherits no collective instance and hands flows to flow
+	// instead of binding them: link resolves them over the whole trace.
+	deferLinks bool
+	flow       func(flowRef) error
 }
 
 // Meta is what the file says about itself, plus counts.
@@ -97,6 +103,11 @@ type Meta struct {
 	Skipped  int64 `json:"skipped"`
 	Steps    int64 `json:"steps"`
 	Clipped  int64 `json:"clipped"`
+	// Reordered (ReadTrace) counts events that come before, in the file,
+	// the ProfilerStep range or the launch they belong to: the file is not
+	// in time order (the format requires none), and a reader that links
+	// in file order would have lost their step.
+	Reordered int64 `json:"reordered,omitempty"`
 }
 
 const (
@@ -507,6 +518,12 @@ func (d *decoder) element(i int) error {
 		return d.complete(&r, ef)
 	case 's', 'f', 't':
 		d.meta.Flows++
+		if d.opt.deferLinks {
+			if r.id == 0 {
+				return nil
+			}
+			return d.opt.flow(flowRef{pid: r.pid, tid: r.tid, ts: r.ts, id: r.id})
+		}
 		if d.pending && d.ev.PID == r.pid && d.ev.StartNS == r.ts && r.id != 0 &&
 			(d.ev.TID == r.tid || d.ev.Stream == r.tid) {
 			d.ev.FlowID = r.id
@@ -579,7 +596,7 @@ func (d *decoder) complete(r *raw, ef func(string, error) error) error {
 		d.steps[d.nSteps%maxStepRanges] = stepRange{r.ts, r.ts + r.dur, n}
 		d.nSteps++
 		d.meta.Steps++
-	} else {
+	} else if !d.opt.deferLinks {
 		var slot *launch
 		if r.corr > 0 {
 			slot = &d.corr[r.corr%int64(len(d.corr))]
