@@ -190,6 +190,7 @@ func Run(traces []optrace.Trace, hb map[int][]Heartbeat, cfg RunConfig) (*TraceR
 	var notes []string
 	rep.Clock, notes = alignTraces(work, hb, cfg.Align)
 
+	notes = append(notes, stepOrderNotes(work)...)
 	steps := commonSteps(work)
 	rep.Steps = stepSpans(work, steps)
 	rh, err := Localize(work, cfg.Rhythm)
@@ -729,4 +730,45 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 		parts = append(parts, strings.ToUpper(n[:1])+n[1:]+".")
 	}
 	return v, strings.Join(parts, " ")
+}
+
+// stepOrderNotes says where a rank's ProfilerStep ranges on one thread go
+// back in time — a later step starting before an earlier one ends, which
+// one thread cannot do: the trace's clock stepped back (an NTP correction
+// of the realtime clock profilers stamp with) or traces of different runs
+// were merged. Events may come in any order; times may not (issue 16 item
+// 12): step-relative times of those steps are not trustworthy.
+func stepOrderNotes(work []optrace.Trace) []string {
+	type rng struct {
+		tid, step, start, end int64
+	}
+	var notes []string
+	for j := range work {
+		var rs []rng
+		for i := range work[j].Events {
+			e := &work[j].Events[i]
+			if e.Cat == optrace.UserRange && e.Step >= 0 && e.Device < 0 && strings.HasPrefix(e.Name, "ProfilerStep#") {
+				rs = append(rs, rng{e.TID, e.Step, e.StartNS, e.EndNS()})
+			}
+		}
+		slices.SortFunc(rs, func(a, b rng) int {
+			return cmp.Or(cmp.Compare(a.tid, b.tid), cmp.Compare(a.step, b.step), cmp.Compare(a.start, b.start))
+		})
+		n, first := 0, ""
+		for i := 1; i < len(rs); i++ {
+			p, c := rs[i-1], rs[i]
+			if p.tid != c.tid || p.step == c.step || c.start >= p.end {
+				continue
+			}
+			if n == 0 {
+				first = fmt.Sprintf("ProfilerStep#%d starts %s before ProfilerStep#%d ends on thread %d", c.step, fmtNS(p.end-c.start), p.step, c.tid)
+			}
+			n++
+		}
+		if n > 0 {
+			notes = append(notes, fmt.Sprintf("rank %d's trace goes back in time at %d step boundary(ies) (%s): its clock stepped back or traces of different runs were merged, so those steps' times are not trustworthy",
+				work[j].Rank, n, first))
+		}
+	}
+	return notes
 }

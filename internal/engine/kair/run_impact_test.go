@@ -3,6 +3,8 @@ package kair
 import (
 	"strings"
 	"testing"
+
+	"github.com/laggard-dev/laggard/internal/signal/optrace"
 )
 
 // Issue 16 items 6a and 7a: a cause that cost its own rank time is named
@@ -93,5 +95,36 @@ func TestRunCandidatesOnOneRank(t *testing.T) {
 				t.Errorf("impact %+v", im)
 			}
 		})
+	}
+}
+
+// Issue 16 item 12: events may come in any order, but one thread's step
+// ranges may not overlap. A rank whose step 2 starts before its step 1
+// ends (a clock stepped back mid-capture) is named in the headline.
+func TestRunClockWentBackwards(t *testing.T) {
+	tr := simulateSteps(stepsUpTo(3), everyStep(4, func() []op { return richProgram(10, 10) }, nil))
+	for r := range tr {
+		ends := map[int64]int64{}
+		for _, e := range tr[r].Events {
+			ends[e.Step] = max(ends[e.Step], e.EndNS())
+		}
+		for i := range tr[r].Events {
+			if e := &tr[r].Events[i]; e.Cat == optrace.UserRange {
+				e.DurNS = ends[e.Step] - e.StartNS
+			}
+		}
+	}
+	clean := mustRun(t, tr, nil, DefaultRunConfig())
+	if strings.Contains(clean.Headline, "back in time") {
+		t.Fatalf("clean trace: %s", clean.Headline)
+	}
+	for i := range tr[1].Events {
+		if e := &tr[1].Events[i]; e.Step == 2 {
+			e.StartNS -= 400_000 // the clock stepped back 0.4 ms before step 2
+		}
+	}
+	rep := mustRun(t, tr, nil, DefaultRunConfig())
+	if !strings.Contains(rep.Headline, "Rank 1's trace goes back in time at 1 step boundary(ies) (ProfilerStep#2 starts") {
+		t.Fatalf("headline: %s", rep.Headline)
 	}
 }
