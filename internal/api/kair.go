@@ -38,8 +38,9 @@ type Kair interface {
 	Capture(job, id string) (*store.Capture, error)
 	CancelCapture(job, id string) (*store.Capture, error)
 	// PendingCapture is rank's poll: the open capture it should record,
-	// nil when none (marks it fetched).
-	PendingCapture(job string, rank int) (*store.Capture, error)
+	// nil when none (marks it fetched); step is the step the rank last
+	// began, -1 when the client did not say.
+	PendingCapture(job string, rank int, step int64) (*store.Capture, error)
 	// CheckUpload is checked before an upload's body is read.
 	CheckUpload(job, id string, rank int) (*store.Capture, error)
 	PutTrace(job, id string, t *optrace.Trace, hb []store.OpHeartbeat) (*store.Capture, error)
@@ -277,7 +278,8 @@ type PendingAnswer struct {
 	ServerSendNS int64          `json:"server_send_ns"`
 }
 
-// pendingCapture answers a rank's poll (GET …/captures/pending?rank=R).
+// pendingCapture answers a rank's poll (GET …/captures/pending?rank=R
+// [&step=S]).
 func (a *API) pendingCapture(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now().UnixNano()
 	job, ok := a.kair(w, r)
@@ -289,7 +291,15 @@ func (a *API) pendingCapture(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	c, err := a.d.Kair.PendingCapture(job.ID, rank)
+	// The rank's current step (optional): where a plan should start.
+	step := int64(-1)
+	if v := r.URL.Query().Get("step"); v != "" {
+		if step, err = strconv.ParseInt(v, 10, 64); err != nil || step < 0 || step > optrace.MaxStep {
+			a.fail(w, r, http.StatusBadRequest, signal.FieldErrorf("step", "want the training step the rank last began, in [0, %d], got %q", optrace.MaxStep, signal.Clip(v)))
+			return
+		}
+	}
+	c, err := a.d.Kair.PendingCapture(job.ID, rank, step)
 	if err != nil {
 		a.fail(w, r, kairStatus(err), err)
 		return

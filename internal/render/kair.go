@@ -67,6 +67,9 @@ func kairHeader(p *printer, r *kair.TraceReport) {
 		events += n
 	}
 	p.f("KAIR · %d ranks %s · %s events", len(r.Ranks), rankSpan(r.Ranks), thousands(int64(events)))
+	if n := len(r.LeftOut); n > 0 {
+		p.f(" · %d rank(s) left out (no shared step)", n)
+	}
 	switch n := len(r.Steps); n {
 	case 0:
 		p.f(" · no step every rank has")

@@ -134,13 +134,27 @@ type StepSpan struct {
 	EndNS   []int64 `json:"end_ns"`
 }
 
+// LeftOutRank is a rank whose trace shares no step with the ranks Run
+// compared (it recorded other steps: the plan reached it late).
+type LeftOutRank struct {
+	Rank int `json:"rank"`
+	// FirstStep, LastStep and Steps are the steps it recorded (-1, -1, 0:
+	// none).
+	FirstStep int64 `json:"first_step"`
+	LastStep  int64 `json:"last_step"`
+	Steps     int   `json:"steps"`
+}
+
 // TraceReport is the result of Run.
 type TraceReport struct {
-	Ranks  []int           `json:"ranks"`
-	Events []int           `json:"events"` // per rank
-	Steps  []StepSpan      `json:"steps"`  // steps every rank has, ascending
-	Clock  []ClockEstimate `json:"clock"`
-	Rhythm *Rhythm         `json:"rhythm"`
+	// Ranks are the ranks compared; LeftOut those whose traces share no
+	// step with them (only when no step is common to every rank).
+	Ranks   []int           `json:"ranks"`
+	LeftOut []LeftOutRank   `json:"left_out,omitempty"`
+	Events  []int           `json:"events"` // per rank
+	Steps   []StepSpan      `json:"steps"`  // steps every rank has, ascending
+	Clock   []ClockEstimate `json:"clock"`
+	Rhythm  *Rhythm         `json:"rhythm"`
 	// Analysed are the steps Stages 2–3 ran on (ascending); -1 when the
 	// traces carry no step numbers and the capture was analysed whole.
 	Analysed    []int64   `json:"analysed"`
@@ -180,15 +194,27 @@ func Run(traces []optrace.Trace, hb map[int][]Heartbeat, cfg RunConfig) (*TraceR
 	}
 	work := slices.Clone(traces)
 	slices.SortFunc(work, func(a, b optrace.Trace) int { return cmp.Compare(a.Rank, b.Rank) })
+	var notes []string
+	var leftOut []LeftOutRank
+	if cfg.Steps == nil && len(commonSteps(work)) == 0 {
+		// No step every rank recorded (the plan reached them at different
+		// steps): compare the largest group of ranks that shares steps,
+		// and say who is left out, rather than nothing at all.
+		if keep, out := sharedRanks(work, cfg.Config.MinRanks); keep != nil {
+			work, leftOut = keep, out
+			notes = append(notes, leftOutNote(out, work))
+		}
+	}
 	n := len(work)
 	rep := &TraceReport{Ranks: make([]int, n), Events: make([]int, n), Steps: []StepSpan{},
 		Analysed: []int64{}, StepReports: []*Report{}, StragglerOutliers: []Instance{},
-		Causes: []Cause{}, Config: cfg}
+		Causes: []Cause{}, Config: cfg, LeftOut: leftOut}
 	for j := range work {
 		rep.Ranks[j], rep.Events[j] = work[j].Rank, len(work[j].Events)
 	}
-	var notes []string
-	rep.Clock, notes = alignTraces(work, hb, cfg.Align)
+	var clockNotes []string
+	rep.Clock, clockNotes = alignTraces(work, hb, cfg.Align)
+	notes = append(notes, clockNotes...)
 
 	notes = append(notes, stepOrderNotes(work)...)
 	steps := commonSteps(work)
@@ -771,4 +797,97 @@ func stepOrderNotes(work []optrace.Trace) []string {
 		}
 	}
 	return notes
+}
+
+// maxSharedSteps bounds the distinct steps sharedRanks looks at (a trace
+// may carry any step number on any event).
+const maxSharedSteps = 1 << 16
+
+// sharedRanks picks, when no step is common to every rank, the largest
+// group of at least minRanks ranks that shares steps (ties: the group
+// sharing more steps, then the lower ranks): the traces to compare, and
+// the others with the steps they recorded. nil when no such group exists
+// or every rank would stay.
+func sharedRanks(work []optrace.Trace, minRanks int) ([]optrace.Trace, []LeftOutRank) {
+	byStep := map[int64][]int{} // step → indexes into work, ascending
+	for j := range work {
+		seen := map[int64]bool{}
+		for i := range work[j].Events {
+			st := work[j].Events[i].Step
+			if st < 0 || seen[st] || (len(byStep) >= maxSharedSteps && byStep[st] == nil) {
+				continue
+			}
+			seen[st] = true
+			byStep[st] = append(byStep[st], j)
+		}
+	}
+	type group struct {
+		members []int
+		steps   int
+	}
+	groups := map[string]*group{}
+	for _, m := range byStep {
+		if len(m) < minRanks {
+			continue
+		}
+		k := fmt.Sprint(m)
+		if g := groups[k]; g != nil {
+			g.steps++
+		} else {
+			groups[k] = &group{members: m, steps: 1}
+		}
+	}
+	var best *group
+	for _, g := range groups {
+		if best == nil || len(g.members) > len(best.members) || (len(g.members) == len(best.members) &&
+			(g.steps > best.steps || (g.steps == best.steps && slices.Compare(g.members, best.members) < 0))) {
+			best = g
+		}
+	}
+	if best == nil || len(best.members) == len(work) {
+		return nil, nil
+	}
+	keep := make([]optrace.Trace, 0, len(best.members))
+	var out []LeftOutRank
+	for j := range work {
+		if slices.Contains(best.members, j) {
+			keep = append(keep, work[j])
+			continue
+		}
+		lo := LeftOutRank{Rank: work[j].Rank, FirstStep: -1, LastStep: -1}
+		seen := map[int64]bool{}
+		for i := range work[j].Events {
+			if st := work[j].Events[i].Step; st >= 0 {
+				if lo.FirstStep < 0 || st < lo.FirstStep {
+					lo.FirstStep = st
+				}
+				lo.LastStep = max(lo.LastStep, st)
+				if !seen[st] && len(seen) < maxSharedSteps {
+					seen[st] = true
+				}
+			}
+		}
+		lo.Steps = len(seen)
+		out = append(out, lo)
+	}
+	return keep, out
+}
+
+// leftOutNote says which ranks were left out and why.
+func leftOutNote(out []LeftOutRank, kept []optrace.Trace) string {
+	var parts []string
+	for i, lo := range out {
+		if i == 8 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(out)-i))
+			break
+		}
+		switch {
+		case lo.Steps == 0:
+			parts = append(parts, fmt.Sprintf("rank %d (no step numbers)", lo.Rank))
+		default:
+			parts = append(parts, fmt.Sprintf("rank %d (steps %d–%d)", lo.Rank, lo.FirstStep, lo.LastStep))
+		}
+	}
+	return fmt.Sprintf("no step was recorded by every rank: %s shared no step with the others and %s left out; the other %d ranks are compared on the steps they share (a capture plan that reached ranks at different steps records different steps)",
+		strings.Join(parts, ", "), map[bool]string{true: "is", false: "are"}[len(out) == 1], len(kept))
 }
