@@ -419,3 +419,22 @@ func TestUploadDropsBadClockSamples(t *testing.T) {
 		t.Fatalf("relative trace stored with clock %v (%d traces, %v)", hb[1], len(traces), err)
 	}
 }
+
+// Issue 16 item 11: whitespace inside traceEvents, any amount, gzip or
+// not, is refused by the token bound (413 naming the whitespace run)
+// once the run passes 4 MiB — long before the 1 GiB byte limit, and
+// without the decoder holding the run. The memory this saves is measured
+// by internal/chaos (TestChaos_UploadMemory) and BenchmarkDecodeWhitespace.
+func TestDecodeKinetoWhitespaceRun(t *testing.T) {
+	run := strings.Repeat(" ", 64<<20)
+	a := &API{d: Deps{MaxTraceBytes: 1 << 30, MaxTraceEvents: 100}}
+	for name, body := range map[string][]byte{
+		"gzip":  gzipped(t, []byte(`{"traceEvents":[`+run+`]}`)),
+		"plain": []byte(`{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":1},` + run + `{"ph":"X","name":"b","ts":2,"dur":1}]}`),
+	} {
+		_, _, err := a.decodeKineto(context.Background(), bytes.NewReader(body), 0, 0)
+		if statusOf(err) != http.StatusRequestEntityTooLarge || !strings.Contains(err.Error(), "whitespace run longer than 4194304 bytes") {
+			t.Errorf("%s (%d bytes): %v, want 413 naming the whitespace run", name, len(body), err)
+		}
+	}
+}
