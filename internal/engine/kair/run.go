@@ -746,7 +746,12 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 	case rh.Verdict == RhythmStraggler && (v == VerdictCulprit || v == VerdictRank):
 		parts = append(parts, fmt.Sprintf("Stage 1 localizes the same rank (S = %.3f).", rh.Score[slices.Index(rh.Ranks, rh.Straggler)]))
 	case rh.Verdict == RhythmStraggler:
-		parts = append(parts, fmt.Sprintf("Stage 1 localizes rank %d as the straggler: %s.", rh.Straggler, rh.Why))
+		s := fmt.Sprintf("Stage 1 localizes rank %d as the straggler: %s.", rh.Straggler, rh.Why)
+		if held, ok := typicalHeld(rep, rh.Straggler); ok && float64(held) < cfg.MinShare*float64(medianStepSpan(rep.StepReports)) {
+			// A rhythm that differs is not a delay of the job (6a).
+			s += fmt.Sprintf(" But the other ranks did not wait for rank %d at collectives (%s per step): its rhythm differs without holding the job back.", rh.Straggler, fmtNS(held))
+		}
+		parts = append(parts, s)
 	case rh.Verdict == RhythmNone:
 		parts = append(parts, "Stage 1: "+rh.Why+".")
 	default:
@@ -890,4 +895,17 @@ func leftOutNote(out []LeftOutRank, kept []optrace.Trace) string {
 	}
 	return fmt.Sprintf("no step was recorded by every rank: %s shared no step with the others and %s left out; the other %d ranks are compared on the steps they share (a capture plan that reached ranks at different steps records different steps)",
 		strings.Join(parts, ", "), map[bool]string{true: "is", false: "are"}[len(out) == 1], len(kept))
+}
+
+// typicalHeld is rank's typical wait of the others over the analysed steps
+// (Impact.HeldNS); ok is false when no analysed step joined ranks at a
+// collective.
+func typicalHeld(rep *TraceReport, rank int) (int64, bool) {
+	held := make([]int64, 0, len(rep.StepReports))
+	ok := false
+	for _, r := range rep.StepReports {
+		ok = ok || r.Joined
+		held = append(held, r.HeldNS(rank))
+	}
+	return typical(held), ok
 }
