@@ -630,8 +630,10 @@ func describeCause(c *Cause) string {
 }
 
 // verdict decides the TraceVerdict and writes the headline. A culprit is
-// named only when the top cause is actionable and appears in at least
-// half the analysed steps; Stage 1 and Stage 3 disagreeing is said.
+// named only when the top cause is actionable, material, appears in at
+// least half the analysed steps, costs 2× any candidate on another rank
+// and the other ranks waited for its time (impact.go); candidates within
+// 2× on one rank name the rank. Stage 1 and Stage 3 disagreeing is said.
 func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, string) {
 	var parts []string
 	v := VerdictInconclusive
@@ -640,12 +642,9 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 	for _, r := range rep.StepReports {
 		outliers += len(r.Outliers)
 	}
-	var top, runner *Cause
+	var top *Cause
 	if len(rep.Causes) > 0 {
 		top = &rep.Causes[0]
-	}
-	if len(rep.Causes) > 1 && rep.Causes[1].Kind != KindInconclusive {
-		runner = &rep.Causes[1]
 	}
 	switch {
 	case len(rep.Ranks) < cfg.Config.MinRanks:
@@ -674,13 +673,15 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 				comp = append(comp, i)
 			}
 		}
-		oneRank := true
+		var other *Cause // the first competitor on another rank
 		for _, i := range comp {
-			oneRank = oneRank && rep.Causes[i].Rank == top.Rank
+			if c := &rep.Causes[i]; c.Rank != top.Rank && other == nil {
+				other = c
+			}
 		}
-		if !oneRank {
+		if other != nil {
 			parts = append(parts, fmt.Sprintf("Inconclusive: two candidates cost comparable time — %s (%s over peers in %d step(s)) and %s (%s in %d) — not %g× apart, so neither is named.",
-				describeCause(top), fmtNS(top.ExcessNS), top.Steps, describeCause(runner), fmtNS(runner.ExcessNS), runner.Steps, float64(culpritSeparation)))
+				describeCause(top), fmtNS(top.ExcessNS), top.Steps, describeCause(other), fmtNS(other.ExcessNS), other.Steps, float64(culpritSeparation)))
 			break
 		}
 		im := impact(rep, comp, cfg.MinShare)
