@@ -239,9 +239,8 @@ func kairWaits(p *printer, r *kair.TraceReport) {
 		op            string
 	}
 	byRank := map[int]*row{}
-	per := map[int][]int64{}
 	joined := false
-	for i, sr := range r.StepReports {
+	for _, sr := range r.StepReports {
 		if sr == nil {
 			continue
 		}
@@ -251,9 +250,7 @@ func kairWaits(p *printer, r *kair.TraceReport) {
 			if w == nil {
 				w = &row{rank: h.Rank}
 				byRank[h.Rank] = w
-				per[h.Rank] = make([]int64, n)
 			}
-			per[h.Rank][i] = h.NS
 			if h.NS > 0 {
 				w.last++
 			}
@@ -268,9 +265,7 @@ func kairWaits(p *printer, r *kair.TraceReport) {
 	}
 	rows := make([]*row, 0, len(byRank))
 	for rk, w := range byRank {
-		xs := per[rk]
-		slices.Sort(xs)
-		w.typical = xs[len(xs)-(len(xs)+1)/2]
+		w.typical, _ = r.TypicalHeld(rk)
 		rows = append(rows, w)
 	}
 	slices.SortFunc(rows, func(a, b *row) int {

@@ -748,7 +748,7 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 		parts = append(parts, fmt.Sprintf("Stage 1 localizes the same rank (S = %.3f).", rh.Score[slices.Index(rh.Ranks, rh.Straggler)]))
 	case rh.Verdict == RhythmStraggler:
 		s := fmt.Sprintf("Stage 1 localizes rank %d as the straggler: %s.", rh.Straggler, rh.Why)
-		if held, ok := typicalHeld(rep, rh.Straggler); ok && float64(held) < cfg.MinShare*float64(medianStepSpan(rep.StepReports)) {
+		if held, ok := rep.TypicalHeld(rh.Straggler); ok && float64(held) < cfg.MinShare*float64(medianStepSpan(rep.StepReports)) {
 			// A rhythm that differs is not a delay of the job (6a).
 			s += fmt.Sprintf(" But the other ranks did not wait for rank %d at collectives (%s per step): its rhythm differs without holding the job back.", rh.Straggler, fmtNS(held))
 		}
@@ -898,15 +898,14 @@ func leftOutNote(out []LeftOutRank, kept []optrace.Trace) string {
 		strings.Join(parts, ", "), map[bool]string{true: "is", false: "are"}[len(out) == 1], len(kept))
 }
 
-// typicalHeld is rank's typical wait of the others over the analysed steps
-// (Impact.HeldNS); ok is false when no analysed step joined ranks at a
-// collective.
-func typicalHeld(rep *TraceReport, rank int) (int64, bool) {
-	held := make([]int64, 0, len(rep.StepReports))
-	ok := false
+// TypicalHeld is how long the other ranks typically waited for rank at
+// collectives per analysed step (the ⌈n/2⌉-th largest, as Impact.HeldNS);
+// ok is false when no analysed step joined ranks at a collective.
+func (rep *TraceReport) TypicalHeld(rank int) (held int64, ok bool) {
+	hs := make([]int64, 0, len(rep.StepReports))
 	for _, r := range rep.StepReports {
 		ok = ok || r.Joined
-		held = append(held, r.HeldNS(rank))
+		hs = append(hs, r.HeldNS(rank))
 	}
-	return typical(held), ok
+	return typical(hs), ok
 }

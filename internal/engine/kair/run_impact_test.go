@@ -133,18 +133,7 @@ func TestRunClockWentBackwards(t *testing.T) {
 // no other rank has) but that nobody waits for is named with that said.
 func TestRunRhythmStragglerNobodyWaitsFor(t *testing.T) {
 	tr := simulateSteps(stepsUpTo(3), everyStep(8, func() []op { return richProgram(20, 20) }, nil))
-	for s := range int64(3) {
-		var t0 int64 = 1 << 62
-		for _, e := range tr[6].Events {
-			if e.Step == s {
-				t0 = min(t0, e.StartNS)
-			}
-		}
-		for i := range int64(300) {
-			tr[6].Events = append(tr[6].Events, optrace.Event{Name: "Memcpy HtoD", Cat: optrace.Memcpy, Device: 0, Stream: 9,
-				StartNS: t0 + i*100, DurNS: 50, Step: s, Seq: -1})
-		}
-	}
+	copyBurst(tr, 6, 3)
 	cfg := DefaultRunConfig()
 	cfg.Rhythm.Categories = []optrace.Category{optrace.CPUOp, optrace.Memcpy, optrace.Collective}
 	rep := mustRun(t, tr, nil, cfg)

@@ -3,7 +3,6 @@ package kair
 import (
 	"encoding/json"
 	"errors"
-	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -378,18 +377,7 @@ func TestRunStagesDisagree(t *testing.T) {
 	tr := simulateSteps(stepsUpTo(3), everyStep(8, func() []op { return richProgram(20, 20) }, func(_ int64, p [][]op) {
 		p[2][22].dur *= 10
 	}))
-	for s := range int64(3) {
-		var t0 int64 = math.MaxInt64
-		for _, e := range tr[6].Events {
-			if e.Step == s {
-				t0 = min(t0, e.StartNS)
-			}
-		}
-		for i := range int64(300) {
-			tr[6].Events = append(tr[6].Events, optrace.Event{Name: "Memcpy HtoD", Cat: optrace.Memcpy, Device: 0, Stream: 9,
-				StartNS: t0 + i*100, DurNS: 50, Step: s, Seq: -1})
-		}
-	}
+	copyBurst(tr, 6, 3)
 	// Host ops and copies counted together (auto would pick host work:
 	// the other ranks have no device events).
 	cfg := DefaultRunConfig()
