@@ -234,9 +234,9 @@ func kairWaits(p *printer, r *kair.TraceReport) {
 		return
 	}
 	type row struct {
-		rank, last    int
-		typical, most int64
-		op            string
+		rank, last          int
+		typical, most, late int64
+		op                  string
 	}
 	byRank := map[int]*row{}
 	joined := false
@@ -266,10 +266,13 @@ func kairWaits(p *printer, r *kair.TraceReport) {
 	rows := make([]*row, 0, len(byRank))
 	for rk, w := range byRank {
 		w.typical, _ = r.TypicalHeld(rk)
-		rows = append(rows, w)
+		w.late, _ = r.TypicalLate(rk)
+		if w.most > 0 || w.late > 0 {
+			rows = append(rows, w)
+		}
 	}
 	slices.SortFunc(rows, func(a, b *row) int {
-		return cmp.Or(cmp.Compare(b.typical, a.typical), cmp.Compare(b.most, a.most), cmp.Compare(a.rank, b.rank))
+		return cmp.Or(cmp.Compare(b.typical, a.typical), cmp.Compare(b.late, a.late), cmp.Compare(b.most, a.most), cmp.Compare(a.rank, b.rank))
 	})
 	p.f("\nwaits at collectives (how long the others waited for the last to arrive, per step):")
 	if len(rows) == 0 {
@@ -278,16 +281,16 @@ func kairWaits(p *printer, r *kair.TraceReport) {
 	}
 	p.f("\n")
 	tw := newTable()
-	fmt.Fprintf(tw, "  rank\tlast in\ttypical*\tmost\top\t\n")
+	fmt.Fprintf(tw, "  rank\tlast in\twaited for*\tmost\tlate vs median*\top\t\n")
 	for i, w := range rows {
 		if i == 8 {
-			fmt.Fprintf(tw, "  … %d more\t\t\t\t\t\n", len(rows)-i)
+			fmt.Fprintf(tw, "  … %d more\t\t\t\t\t\t\n", len(rows)-i)
 			break
 		}
-		fmt.Fprintf(tw, "  %d\t%d/%d\t%s\t%s\t%s\t\n", w.rank, w.last, n, nsText(w.typical), nsText(w.most), clipText(w.op, 40))
+		fmt.Fprintf(tw, "  %d\t%d/%d\t%s\t%s\t%s\t%s\t\n", w.rank, w.last, n, nsText(w.typical), nsText(w.most), nsText(w.late), clipText(w.op, 40))
 	}
 	p.table(tw)
-	p.f("  * reached in at least half the analysed steps: what a culprit on that rank must explain\n")
+	p.f("  * reached in at least half the analysed steps; a culprit must explain the wait for its rank\n")
 }
 
 func kairOutliers(p *printer, r *kair.TraceReport) {

@@ -294,10 +294,13 @@ func (d *dag) collectives() {
 // joining ≥ 2 ranks, the member with the shortest recorded duration
 // arrived last (every member leaves together, so the others' extra time
 // is their wait for it) and held the group by the gap to the second
-// shortest. Per rank, the sum over one op's instances; the op where it is
-// largest (the blocking one: an asynchronous enqueue such as
-// c10d::allreduce_ holds nobody, and its worker's gloo:all_reduce is the
-// same collective, so the two are not added).
+// shortest; every member arrived later than the median member by the gap
+// between its duration and the median's (LateNS: seen even when a later
+// rank masks it). Per rank, the sums over one op's instances, for the op
+// where the hold (then the lateness) is largest — the blocking one: an
+// asynchronous enqueue such as c10d::allreduce_ holds nobody, and its
+// worker's gloo:all_reduce is the same collective, so the two are not
+// added.
 func (d *dag) holds() ([]Hold, bool) {
 	members := make([][]int32, len(d.collLast))
 	for k := range d.nodes {
@@ -311,41 +314,59 @@ func (d *dag) holds() ([]Hold, bool) {
 	}
 	sum := map[rk]*Hold{}
 	joined := false
+	type member struct {
+		rank int
+		dur  int64
+	}
+	var ms []member
 	for _, m := range members {
-		// Shortest duration, then the shortest on another rank (a
-		// malformed trace may put one rank twice in an instance).
-		first, second := int32(-1), int32(-1)
+		// One duration per rank, its shortest (a malformed trace may put
+		// one rank twice in an instance).
+		ms = ms[:0]
 		for _, k := range m {
-			if first < 0 || d.nodes[k].ev.DurNS < d.nodes[first].ev.DurNS {
-				first = k
+			nd := &d.nodes[k]
+			if j := slices.IndexFunc(ms, func(x member) bool { return x.rank == nd.rank }); j >= 0 {
+				ms[j].dur = min(ms[j].dur, nd.ev.DurNS)
+				continue
 			}
+			ms = append(ms, member{nd.rank, nd.ev.DurNS})
 		}
-		for _, k := range m {
-			if d.nodes[k].rank != d.nodes[first].rank && (second < 0 || d.nodes[k].ev.DurNS < d.nodes[second].ev.DurNS) {
-				second = k
-			}
-		}
-		if second < 0 {
+		if len(ms) < 2 {
 			continue
 		}
 		joined = true
-		gap := d.nodes[second].ev.DurNS - d.nodes[first].ev.DurNS
-		if gap <= 0 {
-			continue
+		slices.SortFunc(ms, func(a, b member) int { return cmp.Or(cmp.Compare(a.dur, b.dur), cmp.Compare(a.rank, b.rank)) })
+		med := ms[len(ms)/2].dur
+		if len(ms)%2 == 0 {
+			med = (ms[len(ms)/2-1].dur + med) / 2
 		}
-		nd := &d.nodes[first]
-		key := rk{nd.rank, nd.ev.Name}
-		h := sum[key]
-		if h == nil {
-			h = &Hold{Rank: nd.rank, Op: nd.ev.Name}
-			sum[key] = h
+		name := d.nodes[m[0]].ev.Name
+		for i, x := range ms {
+			late := med - x.dur
+			gap := int64(0)
+			if i == 0 {
+				gap = ms[1].dur - x.dur
+			}
+			if late <= 0 && gap <= 0 {
+				continue
+			}
+			key := rk{x.rank, name}
+			h := sum[key]
+			if h == nil {
+				h = &Hold{Rank: x.rank, Op: name}
+				sum[key] = h
+			}
+			if gap > 0 {
+				h.NS = min(h.NS+gap, optrace.MaxDurNS)
+				h.Instances++
+			}
+			h.LateNS = min(h.LateNS+max(late, 0), optrace.MaxDurNS)
 		}
-		h.NS = min(h.NS+gap, optrace.MaxDurNS)
-		h.Instances++
 	}
 	best := map[int]Hold{}
 	for _, h := range sum {
-		if b, ok := best[h.Rank]; !ok || h.NS > b.NS || (h.NS == b.NS && h.Op < b.Op) {
+		b, ok := best[h.Rank]
+		if !ok || cmp.Or(cmp.Compare(h.NS, b.NS), cmp.Compare(h.LateNS, b.LateNS), cmp.Compare(b.Op, h.Op)) > 0 {
 			best[h.Rank] = *h
 		}
 	}
@@ -353,6 +374,8 @@ func (d *dag) holds() ([]Hold, bool) {
 	for _, h := range best {
 		out = append(out, h)
 	}
-	slices.SortFunc(out, func(a, b Hold) int { return cmp.Or(cmp.Compare(b.NS, a.NS), cmp.Compare(a.Rank, b.Rank)) })
+	slices.SortFunc(out, func(a, b Hold) int {
+		return cmp.Or(cmp.Compare(b.NS, a.NS), cmp.Compare(b.LateNS, a.LateNS), cmp.Compare(a.Rank, b.Rank))
+	})
 	return out, joined
 }

@@ -37,6 +37,12 @@ type Impact struct {
 	// ExplainedNS: per step, the part of the excess the others waited
 	// for, min(excess, held).
 	ExplainedNS int64 `json:"explained_ns"`
+	// LateNS: how much later than the median member its rank arrived at
+	// the step's collectives; LateExplainedNS: min(excess, late). Unlike
+	// the hold they count a rank a later one masked: candidates on two
+	// ranks are compared by them.
+	LateNS          int64 `json:"late_ns"`
+	LateExplainedNS int64 `json:"late_explained_ns"`
 	// OtherRank / OtherHeldNS: the other rank the ranks waited for most
 	// (typical per step; -1 / 0 when none): a culprit must stand out from it.
 	OtherRank   int   `json:"other_rank"`
@@ -67,6 +73,7 @@ func impact(rep *TraceReport, idx []int, minShare float64) *Impact {
 	im := &Impact{Rank: rank, Causes: slices.Clone(idx), OtherRank: -1, StepNS: medianStepSpan(rep.StepReports)}
 	n := len(rep.StepReports)
 	excess, held, expl := make([]int64, n), make([]int64, n), make([]int64, n)
+	late, lateExpl := make([]int64, n), make([]int64, n)
 	others := map[int][]int64{}
 	for s, r := range rep.StepReports {
 		for _, i := range idx {
@@ -81,8 +88,10 @@ func impact(rep *TraceReport, idx []int, minShare float64) *Impact {
 		held[s] = r.HeldNS(rank)
 		im.HeldMaxNS = max(im.HeldMaxNS, held[s])
 		expl[s] = min(excess[s], held[s])
+		late[s] = r.LateNS(rank)
+		lateExpl[s] = min(excess[s], late[s])
 		for _, h := range r.Held {
-			if h.Rank != rank {
+			if h.Rank != rank && h.NS > 0 {
 				if others[h.Rank] == nil {
 					others[h.Rank] = make([]int64, n)
 				}
@@ -97,6 +106,7 @@ func impact(rep *TraceReport, idx []int, minShare float64) *Impact {
 		}
 	}
 	im.ExcessNS, im.HeldNS, im.ExplainedNS = typical(excess), typical(held), typical(expl)
+	im.LateNS, im.LateExplainedNS = typical(late), typical(lateExpl)
 	for r, xs := range others {
 		if v := typical(xs); v > im.OtherHeldNS || (v == im.OtherHeldNS && v > 0 && r < im.OtherRank) {
 			im.OtherRank, im.OtherHeldNS = r, v

@@ -103,7 +103,7 @@ type Report struct {
 }
 
 // Hold is the time the other members of a step's collectives waited for
-// one rank: at each instance where the rank arrived last, the gap between
+// one rank (a rank appears when NS or LateNS is positive): at each instance where the rank arrived last, the gap between
 // its arrival and the second-last one, summed over the instances of one
 // collective op (the op where the sum is largest: host and device views of
 // one collective are not added). The marginal gap is what the step would
@@ -116,14 +116,27 @@ type Hold struct {
 	Op   string `json:"op"` // the collective op
 	// Instances is how many of Op's instances the rank arrived last at.
 	Instances int `json:"instances"`
+	// LateNS is how much later than the median member the rank arrived,
+	// summed over Op's instances: unlike NS it counts a rank that a later
+	// one masked (two stragglers).
+	LateNS int64 `json:"late_ns"`
 }
 
 // HeldNS is rank's hold in this step (0 when the others never waited
-// for it).
+// for it); LateNS its lateness against the median member.
 func (r *Report) HeldNS(rank int) int64 {
 	for _, h := range r.Held {
 		if h.Rank == rank {
 			return h.NS
+		}
+	}
+	return 0
+}
+
+func (r *Report) LateNS(rank int) int64 {
+	for _, h := range r.Held {
+		if h.Rank == rank {
+			return h.LateNS
 		}
 	}
 	return 0

@@ -673,18 +673,39 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 				comp = append(comp, i)
 			}
 		}
-		var other *Cause // the first competitor on another rank
+		var same, others []int
 		for _, i := range comp {
-			if c := &rep.Causes[i]; c.Rank != top.Rank && other == nil {
-				other = c
+			if rep.Causes[i].Rank == top.Rank {
+				same = append(same, i)
+			} else {
+				others = append(others, i)
 			}
 		}
-		if other != nil {
+		im := impact(rep, same, cfg.MinShare)
+		// A candidate on another rank competes only if its rank arrived
+		// at the collectives about as late (6a): where arrivals were
+		// measured, one whose lateness explains under half of the top's is
+		// time its own rank lost, not the job. Lateness against the median
+		// member, not the marginal hold: a second straggler masked by a
+		// later one still competes.
+		var rival *Cause
+		var rim *Impact
+		for _, i := range others {
+			o := impact(rep, []int{i}, cfg.MinShare)
+			if !im.Checked || culpritSeparation*o.LateExplainedNS > im.LateExplainedNS {
+				rival, rim = &rep.Causes[i], o
+				break
+			}
+		}
+		if rival != nil {
 			parts = append(parts, fmt.Sprintf("Inconclusive: two candidates cost comparable time — %s (%s over peers in %d step(s)) and %s (%s in %d) — not %g× apart, so neither is named.",
-				describeCause(top), fmtNS(top.ExcessNS), top.Steps, describeCause(other), fmtNS(other.ExcessNS), other.Steps, float64(culpritSeparation)))
+				describeCause(top), fmtNS(top.ExcessNS), top.Steps, describeCause(rival), fmtNS(rival.ExcessNS), rival.Steps, float64(culpritSeparation)))
+			if im.Checked {
+				parts = append(parts, fmt.Sprintf("At the collectives rank %d arrived %s per step after the median rank, rank %d %s.", im.Rank, fmtNS(im.LateNS), rim.Rank, fmtNS(rim.LateNS)))
+			}
 			break
 		}
-		im := impact(rep, comp, cfg.MinShare)
+		comp = same
 		rep.Impact = im
 		what := describeCause(top)
 		if len(comp) > 1 {
@@ -902,10 +923,23 @@ func leftOutNote(out []LeftOutRank, kept []optrace.Trace) string {
 // collectives per analysed step (the ⌈n/2⌉-th largest, as Impact.HeldNS);
 // ok is false when no analysed step joined ranks at a collective.
 func (rep *TraceReport) TypicalHeld(rank int) (held int64, ok bool) {
-	hs := make([]int64, 0, len(rep.StepReports))
+	return rep.typicalOf(func(r *Report) int64 { return r.HeldNS(rank) })
+}
+
+// TypicalLate is rank's typical lateness against the median member at the
+// step's collectives (as Impact.LateNS).
+func (rep *TraceReport) TypicalLate(rank int) (late int64, ok bool) {
+	return rep.typicalOf(func(r *Report) int64 { return r.LateNS(rank) })
+}
+
+func (rep *TraceReport) typicalOf(f func(*Report) int64) (int64, bool) {
+	xs := make([]int64, 0, len(rep.StepReports))
+	ok := false
 	for _, r := range rep.StepReports {
-		ok = ok || r.Joined
-		hs = append(hs, r.HeldNS(rank))
+		if r != nil {
+			ok = ok || r.Joined
+			xs = append(xs, f(r))
+		}
 	}
-	return typical(hs), ok
+	return typical(xs), ok
 }

@@ -60,29 +60,39 @@ func TestRunCulpritMustExplainTheWait(t *testing.T) {
 }
 
 // Issue 16 item 7c: two candidates of comparable cost on one rank make the
-// rank certain (verdict culprit_rank, both listed); on two ranks neither
-// is named.
+// rank certain (verdict culprit_rank, both listed); on two ranks that both
+// arrive late at the collective neither is named; a candidate whose rank
+// is not late at any collective (its time is after the AllReduce, where
+// nobody waits for it) does not compete (6a).
 func TestRunCandidatesOnOneRank(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		secondRank int
+		secondOp   int
 		want       TraceVerdict
 	}{
-		{"same rank", 2, VerdictRank},
-		{"different ranks", 1, VerdictInconclusive},
+		{"same rank", 2, 25, VerdictRank},
+		{"different ranks", 1, 25, VerdictInconclusive},
+		{"other rank not late", 1, 41, VerdictCulprit}, // optimizer.step, after the AllReduce
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr := simulateSteps(stepsUpTo(3), everyStep(4, func() []op { return richProgram(20, 20) }, func(_ int64, p [][]op) {
-				p[2][5].dur += 30_000_000             // a forward op
-				p[c.secondRank][25].dur += 24_000_000 // a backward op, within 2× of it
+				p[2][5].dur += 30_000_000                     // a forward op
+				p[c.secondRank][c.secondOp].dur += 24_000_000 // within 2× of it
 			}))
 			rep := mustRun(t, tr, nil, DefaultRunConfig())
 			if rep.Verdict != c.want {
 				t.Fatalf("verdict %s, want %s:\n%s", rep.Verdict, c.want, dumpRun(rep))
 			}
-			if c.want != VerdictRank {
-				if !strings.Contains(rep.Headline, "neither is named") {
+			switch c.want {
+			case VerdictInconclusive:
+				if !strings.Contains(rep.Headline, "neither is named") || !strings.Contains(rep.Headline, "after the median rank") {
 					t.Errorf("headline %s", rep.Headline)
+				}
+				return
+			case VerdictCulprit:
+				if rep.Causes[0].Rank != 2 || rep.Causes[1].Rank != 1 || rep.Causes[1].Name != "optimizer.step" || rep.Impact == nil || rep.Impact.Rank != 2 {
+					t.Errorf("causes %+v impact %+v", rep.Causes[:2], rep.Impact)
 				}
 				return
 			}
