@@ -87,9 +87,9 @@
 // (impact.go: per step min(excess, the wait for its rank, Report.Held),
 // typical over the steps ≥ min_share of the step and ≥ 2× the wait for
 // any other rank); culprit_rank when the candidates within 2× are all on
-// one rank; none when no analysed step has a late or slow outlier, or the
-// top cause is immaterial or not waited for; otherwise inconclusive,
-// naming the competing candidates. The headline gives what the culprit
+// one rank; none when no analysed step has a late or slow outlier or the
+// top cause is immaterial; otherwise inconclusive, naming the competing
+// candidates or saying that nobody waited for the top one. The headline gives what the culprit
 // explains of the wait for its rank and of the median step and,
 // when one joined collective's work after its last arrival is ≥ 25% of
 // the step on every rank (Report.CommNS), says that this shared time is

@@ -136,7 +136,7 @@ func impactWords(im *Impact, na int, what string, minShare float64) string {
 // notExplained is the headline of a candidate whose time the other ranks
 // did not wait for.
 func notExplained(im *Impact, na int, what string, minShare float64) string {
-	s := fmt.Sprintf("No culprit: the largest deviation, %s, costs %s per step over its peers, but the other ranks did not wait for it: ", what, fmtNS(im.ExcessNS))
+	s := fmt.Sprintf("Inconclusive: the largest deviation, %s, costs its rank %s per step over its peers, but the other ranks did not wait for it: ", what, fmtNS(im.ExcessNS))
 	switch {
 	case im.HeldMaxNS == 0:
 		s += fmt.Sprintf("rank %d was never the last to arrive at a collective in the %d analysed step(s)", im.Rank, na)
@@ -147,5 +147,5 @@ func notExplained(im *Impact, na int, what string, minShare float64) string {
 	if float64(im.OtherHeldNS) >= minShare*float64(im.StepNS) && im.ExplainedNS < culpritSeparation*im.OtherHeldNS {
 		s += fmt.Sprintf("; they waited longer for rank %d (%s per step), where no operator deviates as much", im.OtherRank, fmtNS(im.OtherHeldNS))
 	}
-	return s + fmt.Sprintf(". A culprit must explain at least %.0f%% of the step in at least half the analysed steps.", 100*minShare)
+	return s + fmt.Sprintf(". It does not explain the step time (a culprit must explain at least %.0f%% of the step in at least half the analysed steps); on a shared CPU a rank that waits frees it for the others, which can hide a real delay.", 100*minShare)
 }

@@ -717,7 +717,8 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 		}
 		switch {
 		case !im.Material:
-			v = VerdictNone
+			// A deviation its rank paid for is real, but what slowed the
+			// job is not shown: inconclusive, not "nothing to blame".
 			parts = append(parts, notExplained(im, na, what, cfg.MinShare))
 		case len(comp) == 1:
 			v = VerdictCulprit

@@ -23,8 +23,8 @@ func TestRunCulpritMustExplainTheWait(t *testing.T) {
 		say      string
 	}{
 		{"waited for in every step", nil, VerdictCulprit, "accounts for"},
-		{"absorbed in 2 of 3 steps", map[int64]bool{1: true, 2: true}, VerdictNone, "did not wait for it"},
-		{"absorbed in every step", map[int64]bool{0: true, 1: true, 2: true}, VerdictNone, "never the last to arrive"},
+		{"absorbed in 2 of 3 steps", map[int64]bool{1: true, 2: true}, VerdictInconclusive, "did not wait for it"},
+		{"absorbed in every step", map[int64]bool{0: true, 1: true, 2: true}, VerdictInconclusive, "never the last to arrive"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr := simulateSteps(stepsUpTo(3), everyStep(4, func() []op { return richProgram(20, 20) }, func(s int64, p [][]op) {
