@@ -223,6 +223,11 @@ type Kair struct {
 	// capture poll (KAIR §III-A Feature 2: a plan starts at a step every
 	// rank will reach, chosen from these); one entry per polling rank.
 	progress map[string]map[int]*rankProgress
+	// provisional holds the open captures (job\x00id → created ns) whose
+	// start step was set without a known step time, so without a time
+	// margin: none is handed out until the polls give a step rate (or
+	// provisionalWaitNS passed), and its start is set then.
+	provisional map[string]int64
 }
 
 // rankProgress is a rank's last poll-reported step and an earlier report
@@ -239,6 +244,9 @@ const (
 	// progressStaleNS: a rank whose last report is older no longer says
 	// where the job is (it stopped polling, or the job restarted).
 	progressStaleNS = int64(120e9)
+	// provisionalWaitNS bounds how long a plan waits for a step rate
+	// (two polls of each rank, ~2 s apart) before it is handed out as is.
+	provisionalWaitNS = int64(15e9)
 )
 
 type cachedTimeline struct {
@@ -263,7 +271,8 @@ type kairFlight struct {
 func NewKair(src KairSource, cfg KairConfig) *Kair {
 	cfg.setDefaults()
 	return &Kair{src: src, cfg: cfg, log: slog.Default(), intn: mrand.IntN, open: map[string]*store.Capture{},
-		running: map[string]*kairFlight{}, gen: map[string]uint64{}, progress: map[string]map[int]*rankProgress{}}
+		running: map[string]*kairFlight{}, gen: map[string]uint64{}, progress: map[string]map[int]*rankProgress{},
+		provisional: map[string]int64{}}
 }
 
 // SetLogger sets where panics in the engine are logged.
@@ -279,6 +288,11 @@ func (k *Kair) Forget(job string) {
 	delete(k.open, job)
 	delete(k.gen, job)
 	delete(k.progress, job)
+	for key := range k.provisional {
+		if strings.HasPrefix(key, job+"\x00") {
+			delete(k.provisional, key)
+		}
+	}
 	k.cache = slices.DeleteFunc(k.cache, func(c cachedKair) bool { return strings.HasPrefix(c.key, job+"\x00") })
 	k.timelines = slices.DeleteFunc(k.timelines, func(c cachedTimeline) bool {
 		if strings.HasPrefix(c.key, job+"\x00") {
@@ -475,6 +489,9 @@ func (k *Kair) Create(job string, req CaptureRequest, h CaptureHints, nowNS int6
 		return nil, err
 	}
 	k.open[job] = c
+	if req.StartStep == nil && h.StepNS <= 0 {
+		k.provisional[job+"\x00"+c.ID] = nowNS
+	}
 	k.notify(c)
 	return cloneCapture(c), nil
 }
@@ -683,10 +700,12 @@ func (k *Kair) Cancel(job, id string, nowNS int64) (*store.Capture, error) {
 // none, or when it already answered), marking it fetched.
 //
 // step is the step the rank last began (-1: not said, an older client):
-// it keeps the job's progress for the next plan's start step, and a plan
-// created before any rank reported a step (start step 0, "the client's
-// next step") gets a real one on its first fetch, so the ranks do not
-// each start wherever their poll found them.
+// it keeps the job's progress and step rate for the plans' start steps. A
+// plan created without a known step time (its start step has no time
+// margin, or is 0, "the client's next step") is not handed out until the
+// polls give a rate, up to provisionalWaitNS; its start step is set on
+// that first fetch, before any rank holds it, so the ranks do not each
+// start wherever their poll found them.
 func (k *Kair) Pending(job string, rank int, step, nowNS int64) (*store.Capture, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -698,16 +717,25 @@ func (k *Kair) Pending(job string, rank int, step, nowNS int64) (*store.Capture,
 	if !slices.Contains(c.Ranks, rank) || slices.Contains(c.Uploaded, rank) || c.Failed[strconv.Itoa(rank)] != "" {
 		return nil, nil
 	}
+	pkey := job + "\x00" + c.ID
+	created, provisional := k.provisional[pkey]
+	stepNS := int64(0)
+	if provisional {
+		// Its start was set without a step time: wait for the polls to
+		// give one (no rank holds the plan yet, so it may still move). A
+		// client that reports no step (older) would never give one.
+		if stepNS = k.polledStepNSLocked(job, nowNS); stepNS <= 0 && step >= 0 && nowNS-created < provisionalWaitNS && len(c.Fetched) == 0 {
+			return nil, nil
+		}
+	}
 	if !slices.Contains(c.Fetched, rank) {
 		next := cloneCapture(c)
 		next.Fetched = append(next.Fetched, rank)
 		slices.Sort(next.Fetched)
 		next.State = store.CaptureRecording
-		if c.StartStep == 0 && len(c.Fetched) == 0 {
-			// No rank has the plan yet: fixing its start now is safe.
-			stepNS := k.polledStepNSLocked(job, nowNS)
+		if provisional && len(c.Fetched) == 0 {
 			if newest, ok := k.newestStepLocked(job, nowNS, stepNS); ok {
-				next.StartStep = min(newest+k.leadSteps(stepNS), optrace.MaxStep)
+				next.StartStep = min(max(newest+k.leadSteps(stepNS), next.StartStep), optrace.MaxStep)
 			}
 		}
 		if err := k.src.PutCapture(next); err != nil {
@@ -715,6 +743,7 @@ func (k *Kair) Pending(job string, rank int, step, nowNS int64) (*store.Capture,
 		}
 		entered := c.State != store.CaptureRecording
 		k.open[job] = next
+		delete(k.provisional, pkey)
 		c = next
 		if entered {
 			k.notify(c)

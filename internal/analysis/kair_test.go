@@ -578,9 +578,11 @@ func TestKairStartStepFromPolls(t *testing.T) {
 	}
 }
 
-// A plan created before any rank said where it is (start 0) gets a real
-// start step on its first fetch, the same for every rank; ranks polled
-// afterwards keep it.
+// A plan created without a step time — no rank had said where it is, or
+// only once (no rate) — is not handed out until the polls give a rate,
+// then gets a start step 10 s of steps ahead on its first fetch, the same
+// for every rank; after provisionalWaitNS without a rate it goes out with
+// the 10-step lead.
 func TestKairStartStepFixedOnFirstFetch(t *testing.T) {
 	st := kairStore(t, 3)
 	k := NewKair(st, KairConfig{})
@@ -589,16 +591,35 @@ func TestKairStartStepFixedOnFirstFetch(t *testing.T) {
 	if err != nil || c.StartStep != 0 {
 		t.Fatalf("%+v %v", c, err)
 	}
-	p0, err := k.Pending("j", 0, 57, now+sec)
-	if err != nil || p0 == nil || p0.StartStep != 57+10 {
-		t.Fatalf("first fetch: %+v %v (want start 67: step 57 + the 10-step lead)", p0, err)
+	// One report per rank: no rate yet, the plan is held back.
+	for r := range 3 {
+		if p, err := k.Pending("j", r, 57, now+sec); err != nil || p != nil {
+			t.Fatalf("rank %d, no rate yet: %+v %v", r, p, err)
+		}
 	}
-	p1, _ := k.Pending("j", 1, 70, now+2*sec)
-	p2, _ := k.Pending("j", 2, -1, now+2*sec)
-	if p1 == nil || p2 == nil || p1.StartStep != 67 || p2.StartStep != 67 {
+	// 2 s later at 50 ms a step: the rate is known; start = 97 + 200.
+	p0, err := k.Pending("j", 0, 97, now+3*sec)
+	if err != nil || p0 == nil || p0.StartStep != 97+200 {
+		t.Fatalf("first fetch: %+v %v (want start 297)", p0, err)
+	}
+	p1, _ := k.Pending("j", 1, 99, now+4*sec)
+	p2, _ := k.Pending("j", 2, -1, now+4*sec)
+	if p1 == nil || p2 == nil || p1.StartStep != 297 || p2.StartStep != 297 {
 		t.Fatalf("later fetches: %+v %+v", p1, p2)
 	}
-	if got, _ := k.Capture("j", c.ID, now+3*sec); got.StartStep != 67 {
+	if got, _ := k.Capture("j", c.ID, now+5*sec); got.StartStep != 297 {
 		t.Fatalf("stored start %d", got.StartStep)
+	}
+	// A job whose ranks report no rate: the plan goes out after the wait.
+	st2 := kairStore(t, 2)
+	k2 := NewKair(st2, KairConfig{})
+	if _, err := k2.Create("j", CaptureRequest{}, CaptureHints{Trigger: TriggerAuto}, now); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := k2.Pending("j", 0, 57, now+sec); p != nil {
+		t.Fatalf("held back within the wait: %+v", p)
+	}
+	if p, _ := k2.Pending("j", 0, 57, now+16*sec); p == nil || p.StartStep != 57+10 {
+		t.Fatalf("after the wait: %+v (want start 67)", p)
 	}
 }

@@ -290,7 +290,7 @@ func kairWaits(p *printer, r *kair.TraceReport) {
 		fmt.Fprintf(tw, "  %d\t%d/%d\t%s\t%s\t%s\t%s\t\n", w.rank, w.last, n, nsText(w.typical), nsText(w.most), nsText(w.late), clipText(w.op, 40))
 	}
 	p.table(tw)
-	p.f("  * reached in at least half the analysed steps; a culprit must explain the wait for its rank\n")
+	p.f("  * reached in more than half the analysed steps; a culprit must explain the wait for its rank\n")
 }
 
 func kairOutliers(p *printer, r *kair.TraceReport) {

@@ -13,13 +13,13 @@ import (
 // at the next collective (§III-B Stage 3's victim, seen from the group),
 // so before a culprit is named its time is checked against that wait
 // (issue 16 item 6a): the part of the excess the others actually waited
-// for, in at least half the analysed steps, must be a material share of
+// for, in more than half the analysed steps, must be a material share of
 // the step and stand out from whom else the ranks wait for.
 
 // Impact is what the judged candidate explains of the step time. Per-step
-// values are typical ones: the ⌈n/2⌉-th largest over the n analysed steps
-// (a step the cause is absent from counts 0), so at least half the steps
-// reach them and one noisy step cannot.
+// values are typical ones: the (⌊n/2⌋+1)-th largest over the n analysed
+// steps (a step the cause is absent from counts 0), so more than half the
+// steps reach them and one noisy step cannot.
 type Impact struct {
 	Rank int `json:"rank"`
 	// Causes are the judged causes (indexes into TraceReport.Causes): the
@@ -57,13 +57,14 @@ type Impact struct {
 	Material bool `json:"material"`
 }
 
-// typical is the ⌈n/2⌉-th largest of xs (0 for none); xs is reordered.
+// typical is the value more than half of xs reach: the (⌊n/2⌋+1)-th
+// largest (0 for none); xs is reordered. With two steps both must.
 func typical(xs []int64) int64 {
 	if len(xs) == 0 {
 		return 0
 	}
 	slices.Sort(xs)
-	return xs[len(xs)-(len(xs)+1)/2]
+	return xs[len(xs)-(len(xs)/2+1)]
 }
 
 // impact measures the causes idx (all on one rank) against the waits of
@@ -129,8 +130,12 @@ func impactWords(im *Impact, na int, what string, minShare float64) string {
 		return fmt.Sprintf("That is %s per step, %.0f%% of the median step (%s). No collective joins the ranks in the analysed steps, so whether the other ranks waited for this delay could not be measured.",
 			fmtNS(im.ExcessNS), pct(im.ExcessNS, im.StepNS), fmtNS(im.StepNS))
 	}
-	return fmt.Sprintf("The other ranks waited %s per step for rank %d at collectives (≥ %.0f%% of the step in %d of %d analysed step(s)); %s accounts for %s of that (%.0f%%), %.0f%% of the median step (%s).",
+	s := fmt.Sprintf("The other ranks waited %s per step for rank %d at collectives (≥ %.0f%% of the step in %d of %d analysed step(s)); %s accounts for %s of that (%.0f%%), %.0f%% of the median step (%s).",
 		fmtNS(im.HeldNS), im.Rank, 100*minShare, im.HeldSteps, na, what, fmtNS(im.ExplainedNS), pct(im.ExplainedNS, im.HeldNS), pct(im.ExplainedNS, im.StepNS), fmtNS(im.StepNS))
+	if na == 1 {
+		s += " One analysed step: whether it repeats is not known."
+	}
+	return s
 }
 
 // notExplained is the headline of a candidate whose time the other ranks
@@ -147,5 +152,5 @@ func notExplained(im *Impact, na int, what string, minShare float64) string {
 	if float64(im.OtherHeldNS) >= minShare*float64(im.StepNS) && im.ExplainedNS < culpritSeparation*im.OtherHeldNS {
 		s += fmt.Sprintf("; they waited longer for rank %d (%s per step), where no operator deviates as much", im.OtherRank, fmtNS(im.OtherHeldNS))
 	}
-	return s + fmt.Sprintf(". It does not explain the step time (a culprit must explain at least %.0f%% of the step in at least half the analysed steps); on a shared CPU a rank that waits frees it for the others, which can hide a real delay.", 100*minShare)
+	return s + fmt.Sprintf(". It does not explain the step time (a culprit must explain at least %.0f%% of the step in more than half the analysed steps); on a shared CPU a rank that waits frees it for the others, which can hide a real delay.", 100*minShare)
 }

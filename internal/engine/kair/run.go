@@ -921,7 +921,8 @@ func leftOutNote(out []LeftOutRank, kept []optrace.Trace) string {
 }
 
 // TypicalHeld is how long the other ranks typically waited for rank at
-// collectives per analysed step (the ⌈n/2⌉-th largest, as Impact.HeldNS);
+// collectives per analysed step (reached in more than half, as
+// Impact.HeldNS);
 // ok is false when no analysed step joined ranks at a collective.
 func (rep *TraceReport) TypicalHeld(rank int) (held int64, ok bool) {
 	return rep.typicalOf(func(r *Report) int64 { return r.HeldNS(rank) })
