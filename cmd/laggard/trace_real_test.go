@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
-	"compress/gzip"
 	"encoding/json"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -111,14 +109,7 @@ func TestTraceRealCapturesAnyOrder(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				zr, err := gzip.NewReader(bytes.NewReader(b))
-				if err != nil {
-					t.Fatal(err)
-				}
-				raw, err := io.ReadAll(zr)
-				if err != nil {
-					t.Fatal(err)
-				}
+				raw := gunzipIf(t, b)
 				var ev []json.RawMessage // the legacy export: a bare array
 				if err := json.Unmarshal(raw, &ev); err != nil {
 					t.Fatal(err)
