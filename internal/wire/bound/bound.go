@@ -156,17 +156,27 @@ func (t *tokenLimitReader) scan(b []byte) error {
 			}
 			continue
 		}
-		for ; i < len(b); i++ {
+		// Outside strings: runs of one class (whitespace, a number or
+		// literal) are measured a segment at a time; structural bytes end
+		// them.
+		for i < len(b) {
 			c := class[b[i]]
+			if c == kString {
+				t.kind, t.start, t.run = kString, base+int64(i), 1
+				i++
+				break
+			}
 			if c != t.kind || c == kNone {
 				t.kind, t.start, t.run = c, base+int64(i), 0
-				if c == kString {
-					t.run = 1
-					i++
-					break
+			}
+			j := i + 1
+			if c != kNone {
+				for j < len(b) && class[b[j]] == c {
+					j++
 				}
 			}
-			t.run++
+			t.run += int64(j - i)
+			i = j
 			if t.run > t.max {
 				return t.tooLong()
 			}
