@@ -124,13 +124,14 @@ func impact(rep *TraceReport, idx []int, minShare float64) *Impact {
 // pct is 100·a/b for headlines.
 func pct(a, b int64) float64 { return 100 * float64(a) / float64(max(b, 1)) }
 
-// impactWords says what the judged causes explain, for a named culprit.
+// impactWords says what the judged causes explain, for a named culprit;
+// what is the subject and verb ("this cause accounts").
 func impactWords(im *Impact, na int, what string, minShare float64) string {
 	if !im.Checked {
 		return fmt.Sprintf("That is %s per step, %.0f%% of the median step (%s). No collective joins the ranks in the analysed steps, so whether the other ranks waited for this delay could not be measured.",
 			fmtNS(im.ExcessNS), pct(im.ExcessNS, im.StepNS), fmtNS(im.StepNS))
 	}
-	s := fmt.Sprintf("The other ranks waited %s per step for rank %d at collectives (≥ %.0f%% of the step in %d of %d analysed step(s)); %s accounts for %s of that (%.0f%%), %.0f%% of the median step (%s).",
+	s := fmt.Sprintf("The other ranks waited %s per step for rank %d at collectives (≥ %.0f%% of the step in %d of %d analysed step(s)); %s for %s of that (%.0f%%), %.0f%% of the median step (%s).",
 		fmtNS(im.HeldNS), im.Rank, 100*minShare, im.HeldSteps, na, what, fmtNS(im.ExplainedNS), pct(im.ExplainedNS, im.HeldNS), pct(im.ExplainedNS, im.StepNS), fmtNS(im.StepNS))
 	if na == 1 {
 		s += " One analysed step: whether it repeats is not known."

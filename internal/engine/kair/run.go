@@ -724,7 +724,7 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 			v = VerdictCulprit
 			parts = append(parts, fmt.Sprintf("Culprit: %s — %s over peers in %d of %d analysed step(s), explaining %d flagged instance(s) (a = %.1f).",
 				describeCause(top), fmtNS(top.ExcessNS), top.Steps, na, top.Symptoms, top.Score))
-			parts = append(parts, impactWords(im, na, "this cause", cfg.MinShare))
+			parts = append(parts, impactWords(im, na, "this cause accounts", cfg.MinShare))
 		default:
 			v = VerdictRank
 			var list []string
@@ -734,7 +734,7 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 			}
 			parts = append(parts, fmt.Sprintf("Culprit rank %d: its top %d candidates cost comparable time (none %g× another), so which one is not certain, but all are on rank %d: %s.",
 				top.Rank, len(comp), float64(culpritSeparation), top.Rank, strings.Join(list, "; ")))
-			parts = append(parts, impactWords(im, na, "together they", cfg.MinShare))
+			parts = append(parts, impactWords(im, na, "together they account", cfg.MinShare))
 		}
 	default:
 		var lead *Cause

@@ -96,7 +96,7 @@ func TestRunCandidatesOnOneRank(t *testing.T) {
 				}
 				return
 			}
-			for _, s := range []string{"Culprit rank 2", "aten::fwd5", "aten::bwd5", "accounts for"} {
+			for _, s := range []string{"Culprit rank 2", "aten::fwd5", "aten::bwd5", "together they account for"} {
 				if !strings.Contains(rep.Headline, s) {
 					t.Errorf("headline lacks %q: %s", s, rep.Headline)
 				}
