@@ -273,10 +273,11 @@ func printKair(w io.Writer, res *demo.Result, rank int) {
 	if err := render.KAIRBrief(w, r); err != nil {
 		return
 	}
+	named := (r.Verdict == analysis.KairVerdictCulprit || r.Verdict == analysis.KairVerdictRank) && len(r.Causes) > 0
 	switch {
-	case r.Verdict == analysis.KairVerdictCulprit && len(r.Causes) > 0 && r.Causes[0].Rank == rank:
+	case named && r.Causes[0].Rank == rank:
 		fmt.Fprintf(w, "  ✔ KAIR blames rank %d (injected on %d): %s\n", rank, rank, r.Causes[0].Name)
-	case r.Verdict == analysis.KairVerdictCulprit && len(r.Causes) > 0:
+	case named:
 		fmt.Fprintf(w, "  ✘ KAIR blames rank %d (injected on %d)\n", r.Causes[0].Rank, rank)
 	default:
 		fmt.Fprintf(w, "  – KAIR names no culprit (%s; injected on %d)\n", r.Verdict, rank)

@@ -211,8 +211,8 @@ func (k *Kair) CancelCapture(job, id string) (*store.Capture, error) {
 }
 
 // PendingCapture answers a rank's poll.
-func (k *Kair) PendingCapture(job string, rank int) (*store.Capture, error) {
-	return k.k.Pending(job, rank, k.now().UnixNano())
+func (k *Kair) PendingCapture(job string, rank int, step int64) (*store.Capture, error) {
+	return k.k.Pending(job, rank, step, k.now().UnixNano())
 }
 
 // CheckUpload checks an upload before its body is read.
