@@ -103,8 +103,22 @@ func (a *API) checkStepRange(jobID string, inc int, vs []stagevec.Vector) error 
 	return nil
 }
 
-// stepSpan is incarnation inc's first and last stored training step.
+// stepSpan is incarnation inc's first and last stored training step:
+// from the job's in-memory stats when all its vectors are inc's (a job
+// launched once, the common case), else two seeks.
 func (a *API) stepSpan(jobID string, inc int) (first, last int64, ok bool, err error) {
+	st, err := a.d.Reader.Stats(jobID)
+	if err != nil {
+		return -1, -1, false, err
+	}
+	if st.Vectors == 0 {
+		return -1, -1, false, nil
+	}
+	fi, fs := stagevec.SplitOrdinal(st.FirstStep)
+	li, ls := stagevec.SplitOrdinal(st.LastStep)
+	if fi == inc && li == inc {
+		return fs, ls, true, nil
+	}
 	lo, hi := stagevec.OrdinalRange(inc, 0, stagevec.MaxStep)
 	f, l, ok, err := a.d.Reader.StepSpan(jobID, lo, hi)
 	if err != nil || !ok {
