@@ -17,6 +17,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/engine/kair"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/optrace"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
@@ -223,6 +224,9 @@ type Kair struct {
 	// capture poll (KAIR §III-A Feature 2: a plan starts at a step every
 	// rank will reach, chosen from these); one entry per polling rank.
 	progress map[string]map[int]*rankProgress
+	// progressInc is, per job, the incarnation the polls in progress come
+	// from (the newest a poll named): a restart starts the steps over.
+	progressInc map[string]int
 	// provisional holds the open captures (job\x00id → created ns) whose
 	// start step was set without a known step time, so without a time
 	// margin: none is handed out until the polls give a step rate (or
@@ -272,7 +276,7 @@ func NewKair(src KairSource, cfg KairConfig) *Kair {
 	cfg.setDefaults()
 	return &Kair{src: src, cfg: cfg, log: slog.Default(), intn: mrand.IntN, open: map[string]*store.Capture{},
 		running: map[string]*kairFlight{}, gen: map[string]uint64{}, progress: map[string]map[int]*rankProgress{},
-		provisional: map[string]int64{}}
+		progressInc: map[string]int{}, provisional: map[string]int64{}}
 }
 
 // SetLogger sets where panics in the engine are logged.
@@ -288,6 +292,7 @@ func (k *Kair) Forget(job string) {
 	delete(k.open, job)
 	delete(k.gen, job)
 	delete(k.progress, job)
+	delete(k.progressInc, job)
 	for key := range k.provisional {
 		if strings.HasPrefix(key, job+"\x00") {
 			delete(k.provisional, key)
@@ -413,7 +418,7 @@ func (k *Kair) Create(job string, req CaptureRequest, h CaptureHints, nowNS int6
 		return nil, err
 	}
 	c := &store.Capture{Job: job, Trigger: h.Trigger, CreatedNS: nowNS, Steps: req.Steps, Every: req.Every,
-		Fetched: []int{}, Uploaded: []int{}, State: store.CapturePending}
+		Fetched: []int{}, Uploaded: []int{}, State: store.CapturePending, Incarnation: j.Current()}
 	if c.Trigger == "" {
 		c.Trigger = TriggerManual
 	}
@@ -447,9 +452,14 @@ func (k *Kair) Create(job string, req CaptureRequest, h CaptureHints, nowNS int6
 		h.StepNS = k.polledStepNSLocked(job, nowNS)
 	}
 	newest, known := k.newestStepLocked(job, nowNS, h.StepNS)
+	if inc, ok := k.progressInc[job]; ok && inc != c.Incarnation {
+		newest, known = -1, false // the polls come from another launch
+	}
 	k.mu.Unlock()
-	if st.Vectors > 0 && st.LastStep >= 0 && (!known || st.LastStep > newest) {
-		newest, known = st.LastStep, true
+	// Stored steps are ordinals (stagevec.Ordinal): only the capture's
+	// incarnation's steps count.
+	if inc, last := stagevec.SplitOrdinal(max(st.LastStep, 0)); st.Vectors > 0 && st.LastStep >= 0 && inc == c.Incarnation && (!known || last > newest) {
+		newest, known = last, true
 	}
 	lead := k.leadSteps(h.StepNS)
 	switch {
@@ -706,13 +716,35 @@ func (k *Kair) Cancel(job, id string, nowNS int64) (*store.Capture, error) {
 // polls give a rate, up to provisionalWaitNS; its start step is set on
 // that first fetch, before any rank holds it, so the ranks do not each
 // start wherever their poll found them.
-func (k *Kair) Pending(job string, rank int, step, nowNS int64) (*store.Capture, error) {
+//
+// inc is the incarnation the polling process belongs to (-1: not said,
+// an older client): only a capture of its own launch is handed to it, and
+// a poll from a newer launch closes an older launch's open capture — its
+// processes are gone (docs/design/roles-and-runs.md).
+func (k *Kair) Pending(job string, rank int, step int64, inc int, nowNS int64) (*store.Capture, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if inc >= 0 {
+		switch cur, ok := k.progressInc[job]; {
+		case !ok || inc > cur:
+			k.progressInc[job] = inc
+			if ok {
+				delete(k.progress, job) // a restart: its steps start over
+			}
+		case inc < cur:
+			step = -1 // a straggler of an earlier launch says nothing of the newest's progress
+		}
+	}
 	k.noteStepLocked(job, rank, step, nowNS)
 	c, err := k.openLocked(job, nowNS)
 	if err != nil || c == nil {
 		return nil, err
+	}
+	if inc > c.Incarnation {
+		return nil, k.closeForRestartLocked(c, inc, nowNS)
+	}
+	if inc >= 0 && inc < c.Incarnation {
+		return nil, nil
 	}
 	if !slices.Contains(c.Ranks, rank) || slices.Contains(c.Uploaded, rank) || c.Failed[strconv.Itoa(rank)] != "" {
 		return nil, nil
@@ -752,12 +784,35 @@ func (k *Kair) Pending(job string, rank int, step, nowNS int64) (*store.Capture,
 	return cloneCapture(c), nil
 }
 
+// closeForRestartLocked ends capture c of an earlier launch once a
+// process of launch inc polls: the ranks it asked are gone, so it stops
+// waiting for them (its deadline has passed; uploads already on their way
+// are still taken) and says why. k.mu is held.
+func (k *Kair) closeForRestartLocked(c *store.Capture, inc int, nowNS int64) error {
+	next := cloneCapture(c)
+	next.DeadlineNS = min(next.DeadlineNS, nowNS-1) // passed: settledState closes it
+	next.Note = fmt.Sprintf("the job restarted (incarnation %d) while this capture of incarnation %d was open", inc, c.Incarnation)
+	next.State = settledState(next, nowNS)
+	if err := k.src.PutCapture(next); err != nil {
+		return err
+	}
+	k.open[c.Job] = nil
+	delete(k.provisional, c.Job+"\x00"+c.ID)
+	k.notify(next)
+	return nil
+}
+
 // CheckUpload is what an upload must pass before its body is read: the
-// capture exists, is not cancelled, and asked rank.
-func (k *Kair) CheckUpload(job, id string, rank int, nowNS int64) (*store.Capture, error) {
+// capture exists, is not cancelled, asked rank, and belongs to the
+// uploading process's incarnation (inc; -1 when the client did not say).
+func (k *Kair) CheckUpload(job, id string, rank, inc int, nowNS int64) (*store.Capture, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.checkUploadLocked(job, id, rank, nowNS)
+	c, err := k.checkUploadLocked(job, id, rank, nowNS)
+	if err == nil && inc >= 0 && inc != c.Incarnation {
+		return nil, &signal.ConflictError{Field: "incarnation", Msg: fmt.Sprintf("capture %s asked incarnation %d of job %q; this process belongs to incarnation %d", id, c.Incarnation, signal.Clip(job), inc)}
+	}
+	return c, err
 }
 
 func (k *Kair) checkUploadLocked(job, id string, rank int, nowNS int64) (*store.Capture, error) {
@@ -779,7 +834,7 @@ func (k *Kair) checkUploadLocked(job, id string, rank int, nowNS int64) (*store.
 // uploads (past the deadline) are kept: a slow upload still adds
 // evidence.
 func (k *Kair) PutTrace(job, id string, t *optrace.Trace, hb []store.OpHeartbeat, nowNS int64) (*store.Capture, error) {
-	c, err := k.CheckUpload(job, id, t.Rank, nowNS)
+	c, err := k.CheckUpload(job, id, t.Rank, -1, nowNS)
 	if err != nil {
 		return nil, err
 	}

@@ -64,17 +64,17 @@ func TestKairLifecycle(t *testing.T) {
 	if _, err := k.Create("j", CaptureRequest{}, CaptureHints{Trigger: TriggerAuto}, now); !errors.Is(err, ErrCaptureOpen) {
 		t.Fatalf("second capture: %v", err)
 	}
-	p, err := k.Pending("j", 1, -1, now+sec)
+	p, err := k.Pending("j", 1, -1, -1, now+sec)
 	if err != nil || p == nil || p.ID != c.ID || p.State != store.CaptureRecording || !slices.Equal(p.Fetched, []int{1}) {
 		t.Fatalf("poll: %+v %v", p, err)
 	}
-	if p, _ := k.Pending("j", 1, -1, now+2*sec); p == nil || !slices.Equal(p.Fetched, []int{1}) {
+	if p, _ := k.Pending("j", 1, -1, -1, now+2*sec); p == nil || !slices.Equal(p.Fetched, []int{1}) {
 		t.Fatalf("second poll: %+v", p)
 	}
 	if _, err := k.PutTrace("j", c.ID, stepTrace(1, 10, 11, 5, 1000), nil, now+3*sec); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := k.Pending("j", 1, -1, now+4*sec); p != nil {
+	if p, _ := k.Pending("j", 1, -1, -1, now+4*sec); p != nil {
 		t.Fatalf("rank 1 uploaded, still polled: %+v", p)
 	}
 	if _, err := k.FailRank("j", c.ID, 2, "no torch.profiler", now+5*sec); err != nil {
@@ -108,7 +108,7 @@ func TestKairLifecycle(t *testing.T) {
 	if _, err := k.PutTrace("j", c2.ID, stepTrace(0, 1, 1, 1, 1), nil, now+3*sec); !errors.Is(err, ErrCaptureClosed) {
 		t.Fatalf("upload to cancelled: %v", err)
 	}
-	if p, _ := k.Pending("j", 0, -1, now+3*sec); p != nil {
+	if p, _ := k.Pending("j", 0, -1, -1, now+3*sec); p != nil {
 		t.Fatalf("cancelled capture polled: %+v", p)
 	}
 	c3, err := k.Create("j", CaptureRequest{Ranks: []int{1}}, CaptureHints{}, now+4*sec)
@@ -137,7 +137,7 @@ func TestKairOpenSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := NewKair(st, KairConfig{})
-	if p, err := k.Pending("j", 1, -1, now+sec); err != nil || p == nil || p.ID != c.ID {
+	if p, err := k.Pending("j", 1, -1, -1, now+sec); err != nil || p == nil || p.ID != c.ID {
 		t.Fatalf("poll after restart: %+v %v", p, err)
 	}
 	if _, err := k.Create("j", CaptureRequest{}, CaptureHints{}, now); !errors.Is(err, ErrCaptureOpen) {
@@ -558,7 +558,7 @@ func TestKairStartStepFromPolls(t *testing.T) {
 			if r == 3 {
 				step--
 			}
-			if p, err := k.Pending("j", r, step, now+i*2*sec); err != nil || p != nil {
+			if p, err := k.Pending("j", r, step, -1, now+i*2*sec); err != nil || p != nil {
 				t.Fatalf("poll: %+v %v", p, err)
 			}
 		}
@@ -593,17 +593,17 @@ func TestKairStartStepFixedOnFirstFetch(t *testing.T) {
 	}
 	// One report per rank: no rate yet, the plan is held back.
 	for r := range 3 {
-		if p, err := k.Pending("j", r, 57, now+sec); err != nil || p != nil {
+		if p, err := k.Pending("j", r, 57, -1, now+sec); err != nil || p != nil {
 			t.Fatalf("rank %d, no rate yet: %+v %v", r, p, err)
 		}
 	}
 	// 2 s later at 50 ms a step: the rate is known; start = 97 + 200.
-	p0, err := k.Pending("j", 0, 97, now+3*sec)
+	p0, err := k.Pending("j", 0, 97, -1, now+3*sec)
 	if err != nil || p0 == nil || p0.StartStep != 97+200 {
 		t.Fatalf("first fetch: %+v %v (want start 297)", p0, err)
 	}
-	p1, _ := k.Pending("j", 1, 99, now+4*sec)
-	p2, _ := k.Pending("j", 2, -1, now+4*sec)
+	p1, _ := k.Pending("j", 1, 99, -1, now+4*sec)
+	p2, _ := k.Pending("j", 2, -1, -1, now+4*sec)
 	if p1 == nil || p2 == nil || p1.StartStep != 297 || p2.StartStep != 297 {
 		t.Fatalf("later fetches: %+v %+v", p1, p2)
 	}
@@ -616,10 +616,10 @@ func TestKairStartStepFixedOnFirstFetch(t *testing.T) {
 	if _, err := k2.Create("j", CaptureRequest{}, CaptureHints{Trigger: TriggerAuto}, now); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := k2.Pending("j", 0, 57, now+sec); p != nil {
+	if p, _ := k2.Pending("j", 0, 57, -1, now+sec); p != nil {
 		t.Fatalf("held back within the wait: %+v", p)
 	}
-	if p, _ := k2.Pending("j", 0, 57, now+16*sec); p == nil || p.StartStep != 57+10 {
+	if p, _ := k2.Pending("j", 0, 57, -1, now+16*sec); p == nil || p.StartStep != 57+10 {
 		t.Fatalf("after the wait: %+v (want start 67)", p)
 	}
 }

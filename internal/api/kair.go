@@ -39,10 +39,11 @@ type Kair interface {
 	CancelCapture(job, id string) (*store.Capture, error)
 	// PendingCapture is rank's poll: the open capture it should record,
 	// nil when none (marks it fetched); step is the step the rank last
-	// began, -1 when the client did not say.
-	PendingCapture(job string, rank int, step int64) (*store.Capture, error)
+	// began, inc the incarnation its process belongs to (-1 each when the
+	// client did not say).
+	PendingCapture(job string, rank int, step int64, inc int) (*store.Capture, error)
 	// CheckUpload is checked before an upload's body is read.
-	CheckUpload(job, id string, rank int) (*store.Capture, error)
+	CheckUpload(job, id string, rank, inc int) (*store.Capture, error)
 	PutTrace(job, id string, t *optrace.Trace, hb []store.OpHeartbeat) (*store.Capture, error)
 	FailRank(job, id string, rank int, msg string) (*store.Capture, error)
 	Report(ctx context.Context, job, id string) (*analysis.KairAnswer, error)
@@ -299,7 +300,12 @@ func (a *API) pendingCapture(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	c, err := a.d.Kair.PendingCapture(job.ID, rank, step)
+	inc, err := incarnationParam(r, job)
+	if err != nil {
+		a.fail(w, r, statusOf(err), err)
+		return
+	}
+	c, err := a.d.Kair.PendingCapture(job.ID, rank, step, inc)
 	if err != nil {
 		a.fail(w, r, kairStatus(err), err)
 		return
@@ -440,7 +446,12 @@ func (a *API) uploadTrace(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, UploadAnswer{Rank: rank, ErrorRecorded: true, ClockDropped: dropped})
 		return
 	}
-	if _, err := a.d.Kair.CheckUpload(job.ID, id, rank); err != nil {
+	inc, err := incarnationParam(r, job)
+	if err != nil {
+		a.rejectKair(w, r, statusOf(err), reasonInvalid, err)
+		return
+	}
+	if _, err := a.d.Kair.CheckUpload(job.ID, id, rank, inc); err != nil {
 		status := kairStatus(err)
 		a.rejectKair(w, r, status, kairReason(err, status), err)
 		return

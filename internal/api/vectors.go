@@ -129,6 +129,25 @@ func (a *API) stepSpan(jobID string, inc int) (first, last int64, ok bool, err e
 	return first, last, true, nil
 }
 
+// incarnationParam reads a request's optional ?incarnation=N: the launch
+// the calling process belongs to (docs/design/roles-and-runs.md); -1 when
+// absent. One the job never had is a 400, one older than the server
+// describes a 409 (jobAt).
+func incarnationParam(r *http.Request, job *signal.Job) (int, error) {
+	v := r.URL.Query().Get("incarnation")
+	if v == "" {
+		return -1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > signal.MaxIncarnation {
+		return -1, signal.FieldErrorf("incarnation", "must be an integer in [0, %d], got %q", signal.MaxIncarnation, signal.Clip(v))
+	}
+	if _, err := jobAt(job)(n); err != nil {
+		return -1, err
+	}
+	return n, nil
+}
+
 // jobAt resolves the incarnation a batch names for the decoder: the job as
 // that incarnation saw it (its world size and stage lists validate the
 // vectors). One the job never had is a 400; one older than the server
