@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -145,6 +146,7 @@ func register1[C prometheus.Collector](r *prometheus.Registry, c C) C {
 // pqItem is one job's stack or OS batch waiting to be shipped.
 type pqItem struct {
 	job    string
+	world  int // the job's world size from its registrations (0 unknown)
 	stacks *stack.Batch
 	os     *osstat.Batch
 	weight int
@@ -172,6 +174,8 @@ type profQueue struct {
 	lost      map[string]int64 // job → samples dropped, not yet reported
 	failures  int
 	notBefore time.Time
+	// refusedLogAt: no "refused records" log line before it.
+	refusedLogAt time.Time
 }
 
 func stackWeight(b *stack.Batch) int {
@@ -271,7 +275,7 @@ func (q *profQueue) flush(ctx context.Context) {
 		if !ok {
 			return
 		}
-		err := q.post(ctx, &it)
+		ans, err := q.post(ctx, &it)
 		var re *errRetry
 		var st *errStatus
 		switch {
@@ -280,6 +284,7 @@ func (q *profQueue) flush(ctx context.Context) {
 			q.failures = 0
 			q.mu.Unlock()
 			q.m.shipped.WithLabelValues(q.kind).Inc()
+			q.noteRefused(it.job, ans)
 		case errors.As(err, &re):
 			q.front(it)
 			q.mu.Lock()
@@ -295,7 +300,7 @@ func (q *profQueue) flush(ctx context.Context) {
 		case errors.As(err, &st) && st.code == http.StatusRequestEntityTooLarge && it.stacks != nil && len(it.stacks.Samples) > 1:
 			// Too big for the server: halve it and send both halves.
 			a, b := halve(it.stacks)
-			q.front(pqItem{job: it.job, stacks: a, weight: stackWeight(a)}, pqItem{job: it.job, stacks: b, weight: stackWeight(b)})
+			q.front(pqItem{job: it.job, world: it.world, stacks: a, weight: stackWeight(a)}, pqItem{job: it.job, world: it.world, stacks: b, weight: stackWeight(b)})
 		default:
 			n := float64(1)
 			if it.stacks != nil {
@@ -317,7 +322,7 @@ func halve(b *stack.Batch) (*stack.Batch, *stack.Batch) {
 	return &x, &y
 }
 
-func (q *profQueue) post(ctx context.Context, it *pqItem) error {
+func (q *profQueue) post(ctx context.Context, it *pqItem) ([]byte, error) {
 	var body []byte
 	var err error
 	if it.stacks != nil {
@@ -326,22 +331,59 @@ func (q *profQueue) post(ctx context.Context, it *pqItem) error {
 		body, err = laggardv1.MarshalProtoOSStats(it.os)
 	}
 	if err != nil {
-		return &errStatus{code: 0, msg: "encoding: " + err.Error()}
+		return nil, &errStatus{code: 0, msg: "encoding: " + err.Error()}
 	}
 	u := q.server + "/api/v1/jobs/" + url.PathEscape(it.job) + "/" + q.kind
-	return postBody(ctx, q.client, q.token, q.timeout, http.MethodPost, u, "application/x-protobuf", bytes.NewReader(body))
+	if it.world > 0 {
+		// An unknown job is registered from the world its ranks
+		// announced (as collective ingest does): the agent may ship a
+		// window before the trainer's client registers the job.
+		u += "?world=" + strconv.Itoa(it.world)
+	}
+	return postAnswer(ctx, q.client, q.token, q.timeout, http.MethodPost, u, "application/x-protobuf", bytes.NewReader(body))
+}
+
+// noteRefused counts the records the server left out of an accepted
+// batch (its answer's "refused") and logs the first, at most once a
+// minute per route.
+func (q *profQueue) noteRefused(job string, ans []byte) {
+	var a struct {
+		Refused        int `json:"refused"`
+		RefusedRecords []struct {
+			Error string `json:"error"`
+		} `json:"refused_records"`
+	}
+	if json.Unmarshal(ans, &a) != nil || a.Refused <= 0 {
+		return
+	}
+	q.m.dropped.WithLabelValues(q.kind, "refused").Add(float64(a.Refused))
+	now := q.now()
+	q.mu.Lock()
+	quiet := now.Before(q.refusedLogAt)
+	if !quiet {
+		q.refusedLogAt = now.Add(time.Minute)
+	}
+	q.mu.Unlock()
+	if !quiet {
+		first := ""
+		if len(a.RefusedRecords) > 0 {
+			first = a.RefusedRecords[0].Error
+		}
+		q.log.Warn("the server refused invalid records of a "+q.kind+" batch and stored the rest", "job", job, "refused", a.Refused, "first", first)
+	}
 }
 
 // sysomSide is the agent's profiling half.
 type sysomSide struct {
-	cfg    *Config
-	reg    registry
-	slots  slots
-	stacks *profQueue
-	os     *profQueue
-	syms   *symUploader
-	m      *profMetrics
-	warned sync.Map // one-time warnings
+	cfg       *Config
+	sanitized *prometheus.CounterVec
+	reg       registry
+	slots     slots
+	stacks    *profQueue
+	os        *profQueue
+	syms      *symUploader
+	m         *profMetrics
+	warned    sync.Map // one-time warnings
 }
 
 func newSysomSide(cfg *Config, m *Metrics) *sysomSide {
@@ -350,7 +392,7 @@ func newSysomSide(cfg *Config, m *Metrics) *sysomSide {
 		return &profQueue{kind: kind, server: cfg.Server, token: cfg.Token, client: cfg.Client, timeout: cfg.RequestTimeout,
 			maxBytes: maxBytes, log: cfg.Log, m: pm, now: time.Now, lost: map[string]int64{}}
 	}
-	s := &sysomSide{cfg: cfg, m: pm, stacks: q("stacks", cmp.Or(cfg.MaxProfileBytes, 64<<20)), os: q("osstats", 16<<20)}
+	s := &sysomSide{cfg: cfg, m: pm, sanitized: m.sanitized, stacks: q("stacks", cmp.Or(cfg.MaxProfileBytes, 64<<20)), os: q("osstats", 16<<20)}
 	s.syms = newSymUploader(cfg, pm)
 	return s
 }
@@ -407,10 +449,14 @@ func (s *sysomSide) emitStacks(b *stack.Batch) {
 	if b == nil {
 		return
 	}
+	if n := sanitizeStacks(b); n > 0 {
+		s.sanitized.WithLabelValues("stacks").Add(float64(n))
+	}
 	s.syms.sawBatch(b)
 	var unattributed int64
+	worlds := s.worlds()
 	for job, jb := range splitStacks(b, s.attribute, &unattributed) {
-		s.stacks.push(pqItem{job: job, stacks: jb, weight: stackWeight(jb)})
+		s.stacks.push(pqItem{job: job, world: worlds[job], stacks: jb, weight: stackWeight(jb)})
 	}
 	if unattributed > 0 {
 		s.m.dropped.WithLabelValues("stacks", "unattributed").Add(float64(unattributed))
@@ -485,9 +531,26 @@ func (s *sysomSide) emitOS(b *osstat.Batch) {
 		s.m.dropped.WithLabelValues("osstats", "unattributed").Inc()
 		return
 	}
-	for job, jb := range splitOS(b, jobs, s.attribute, s.gpuOwner()) {
-		s.os.push(pqItem{job: job, os: jb, weight: osWeight(jb)})
+	if n := sanitizeOS(b); n > 0 {
+		s.sanitized.WithLabelValues("osstats").Add(float64(n))
 	}
+	worlds := s.worlds()
+	for job, jb := range splitOS(b, jobs, s.attribute, s.gpuOwner()) {
+		s.os.push(pqItem{job: job, world: worlds[job], os: jb, weight: osWeight(jb)})
+	}
+}
+
+// worlds maps each registered job to the largest world size its ranks
+// announced.
+func (s *sysomSide) worlds() map[string]int {
+	out := map[string]int{}
+	if s.reg == nil {
+		return out
+	}
+	for _, r := range s.reg.All() {
+		out[r.Job] = max(out[r.Job], r.World)
+	}
+	return out
 }
 
 // gpuOwner maps a GPU index to the registered process whose local rank
