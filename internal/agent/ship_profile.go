@@ -377,6 +377,8 @@ func (q *profQueue) noteRefused(job string, ans []byte) {
 type sysomSide struct {
 	cfg       *Config
 	sanitized *prometheus.CounterVec
+	proc      string // procfs root ("/proc"; tests use a fake tree)
+	hostNS    uint64 // the agent's pid namespace
 	reg       registry
 	slots     slots
 	stacks    *profQueue
@@ -392,7 +394,8 @@ func newSysomSide(cfg *Config, m *Metrics) *sysomSide {
 		return &profQueue{kind: kind, server: cfg.Server, token: cfg.Token, client: cfg.Client, timeout: cfg.RequestTimeout,
 			maxBytes: maxBytes, log: cfg.Log, m: pm, now: time.Now, lost: map[string]int64{}}
 	}
-	s := &sysomSide{cfg: cfg, m: pm, sanitized: m.sanitized, stacks: q("stacks", cmp.Or(cfg.MaxProfileBytes, 64<<20)), os: q("osstats", 16<<20)}
+	s := &sysomSide{cfg: cfg, m: pm, sanitized: m.sanitized, proc: "/proc", hostNS: nsInode("/proc/self/ns/pid"),
+		stacks: q("stacks", cmp.Or(cfg.MaxProfileBytes, 64<<20)), os: q("osstats", 16<<20)}
 	s.syms = newSymUploader(cfg, pm)
 	return s
 }
@@ -417,6 +420,44 @@ func (s *sysomSide) rankOf(pid int) (int, bool) {
 		s.warnOnce("slots", "too many (job, rank) registrations over the agent's life; new ones are not profiled", "max", maxSlots)
 	}
 	return id, ok
+}
+
+// credOf is the credentials of the process registered as job's rank; nil
+// for rank −1 (-profile-all: an admin chose to ship every process) and
+// for an unknown rank, which then gets nothing uploaded.
+func (s *sysomSide) credOf(job string, rank int) *register.Cred {
+	if rank < 0 || s.reg == nil {
+		return nil
+	}
+	for _, r := range s.reg.All() {
+		if r.Job == job && r.Rank == rank {
+			c := r.Cred
+			return &c
+		}
+	}
+	return &register.Cred{UID: noUID, GID: noUID} // gone: nobody may read anything
+}
+
+// noUID is a uid no file belongs to (the kernel's overflow uid is 65534;
+// this is (uid_t)−2, never assigned).
+const noUID = 1<<32 - 2
+
+// reveal is cpuprof.Config.Reveal: whether the registrant of the rank in
+// slot could read process pid itself (visibility.go).
+func (s *sysomSide) reveal(slot, pid int) bool {
+	if s.cfg.ShowOtherProcesses {
+		return true
+	}
+	jr, ok := s.slots.get(slot)
+	if !ok {
+		return false
+	}
+	c := s.credOf(jr.job, jr.rank)
+	if c == nil {
+		return false
+	}
+	p, ok := readProcIDs(s.proc, pid)
+	return ok && mayRead(*c, p, s.hostNS)
 }
 
 // ranks is osstat.Config.Ranks: pid → slot of every registration.
@@ -452,10 +493,12 @@ func (s *sysomSide) emitStacks(b *stack.Batch) {
 	if n := sanitizeStacks(b); n > 0 {
 		s.sanitized.WithLabelValues("stacks").Add(float64(n))
 	}
-	s.syms.sawBatch(b)
 	var unattributed int64
 	worlds := s.worlds()
 	for job, jb := range splitStacks(b, s.attribute, &unattributed) {
+		// Each job's files are uploaded with its own registrants'
+		// credentials (visibility.go).
+		s.syms.sawBatch(jb, func(rank int) *register.Cred { return s.credOf(job, rank) })
 		s.stacks.push(pqItem{job: job, world: worlds[job], stacks: jb, weight: stackWeight(jb)})
 	}
 	if unattributed > 0 {
@@ -623,7 +666,7 @@ func (s *sysomSide) start(ctx context.Context, wg *sync.WaitGroup, newProf func(
 	}
 	if cfg.ProfileOn {
 		pc := cfg.Profile
-		pc.RankOf, pc.Emit = s.rankOf, s.emitStacks
+		pc.RankOf, pc.Emit, pc.Reveal, pc.SampleSelf = s.rankOf, s.emitStacks, s.reveal, true
 		if pc.Log == nil {
 			pc.Log = cfg.Log
 		}
@@ -741,6 +784,9 @@ type symReq struct {
 	id, path     string
 	pid          int
 	start, limit uint64 // the mapping, for /proc/<pid>/map_files
+	// cred: the registrant whose job sampled the mapping; the file is
+	// opened with its credentials (nil: the agent's, -profile-all).
+	cred *register.Cred
 }
 
 // symState: done (asked and settled) or when to ask again.
@@ -751,6 +797,10 @@ type symState struct {
 }
 
 const (
+	// unreadableFails marks a Build-ID whose file the registrant could
+	// not read; it is asked again after unreadableRetry, not the backoff.
+	unreadableFails = 1 << 20
+	unreadableRetry = 10 * time.Minute
 	// symChunk is one upload part (contract §4: at most 64 MiB).
 	symChunk = 64 << 20
 	// maxSymState bounds the Build-IDs remembered.
@@ -769,12 +819,14 @@ func newSymUploader(cfg *Config, m *profMetrics) *symUploader {
 
 // sawBatch notes the batch's Build-IDs; new ones are queued without
 // blocking (a full queue: asked again when next seen).
-func (u *symUploader) sawBatch(b *stack.Batch) {
+func (u *symUploader) sawBatch(b *stack.Batch, credOf func(rank int) *register.Cred) {
 	pids := make([]int, len(b.Mappings))
+	creds := make([]*register.Cred, len(b.Mappings))
 	for i := range b.Samples {
 		for _, fr := range b.Samples[i].Frames {
 			if fr.Kind == stack.Native && fr.Mapping >= 0 && int(fr.Mapping) < len(pids) && pids[fr.Mapping] == 0 {
 				pids[fr.Mapping] = b.Samples[i].PID
+				creds[fr.Mapping] = credOf(b.Samples[i].Rank)
 			}
 		}
 	}
@@ -793,7 +845,7 @@ func (u *symUploader) sawBatch(b *stack.Batch) {
 			continue
 		}
 		select {
-		case u.ch <- symReq{id: m.BuildID, path: m.Path, pid: pids[i], start: m.Start, limit: m.Limit}:
+		case u.ch <- symReq{id: m.BuildID, path: m.Path, pid: pids[i], start: m.Start, limit: m.Limit, cred: creds[i]}:
 			st.retryAt = now.Add(time.Hour) // in flight; settle sets the outcome
 			u.state[m.BuildID] = st
 		default:
@@ -808,7 +860,11 @@ func (u *symUploader) settle(id string, done bool) {
 	st.done = done
 	if !done {
 		st.fails++
-		st.retryAt = u.now().Add(backoff(st.fails + 4)) // ≥ 4 s, up to a minute
+		d := backoff(st.fails + 4) // ≥ 4 s, up to a minute
+		if st.fails > unreadableFails {
+			d = unreadableRetry
+		}
+		st.retryAt = u.now().Add(d)
 	}
 	u.state[id] = st
 }
@@ -841,8 +897,21 @@ func (u *symUploader) handle(ctx context.Context, r symReq) bool {
 	default:
 		return false
 	}
-	fh, err := u.locate(r)
-	if err != nil {
+	// Opened as the registrant: a binary it could not read itself is
+	// never uploaded into its job's reach (issue 16 item 10).
+	fh, err := openAs(r.cred, func() (*os.File, error) { return u.locate(r) })
+	switch {
+	case errors.Is(err, os.ErrPermission) || errors.Is(err, errCred):
+		u.log.Debug("the registrant cannot read this Build-ID's file; not uploading it", "build_id", r.id, "path", r.path, "err", err)
+		u.m.symUploads.WithLabelValues("unreadable").Inc()
+		// Another job's registrant may read it: ask again, not soon.
+		u.mu.Lock()
+		st := u.state[r.id]
+		st.fails = max(st.fails, unreadableFails)
+		u.state[r.id] = st
+		u.mu.Unlock()
+		return false
+	case err != nil:
 		u.log.Debug("no local file for a Build-ID; its frames stay unnamed unless the server has symbols", "build_id", r.id, "path", r.path, "err", err)
 		u.m.symUploads.WithLabelValues("missing").Inc()
 		return true
@@ -885,11 +954,14 @@ func (u *symUploader) locate(r symReq) (*os.File, error) {
 	for _, root := range []string{filepath.Join(proc, "root"), u.root} {
 		cands = append(cands, cand{func() (*os.File, error) { return elfinfo.OpenInRoot(root, r.path, false) }, root})
 	}
-	var lastErr error = errors.New("not found")
+	var lastErr, permErr error = errors.New("not found"), nil
 	for _, c := range cands {
 		fh, err := c.open()
 		if err != nil {
 			lastErr = err
+			if errors.Is(err, os.ErrPermission) {
+				permErr = err
+			}
 			continue
 		}
 		f, err := elf.NewFile(fh)
@@ -917,6 +989,9 @@ func (u *symUploader) locate(r symReq) (*os.File, error) {
 			}
 			fh.Close()
 		}
+	}
+	if permErr != nil {
+		return nil, permErr // denied somewhere: not "missing"
 	}
 	return nil, lastErr
 }

@@ -128,6 +128,23 @@ type Sample struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
+// Opaque foreign samples: another process's samples on a rank's CPUs
+// that the agent ships without the process's name or stacks — because
+// the rank's registrant could not read that process itself
+// (docs/security.md), or because it is laggard's own agent or server.
+// Such a sample is Foreign, has PID 0 and a single Symbol frame that
+// names it; symbolization shows that frame alone, so the interference
+// keeps its width in the rank's flame graph and nothing else is told.
+const (
+	HiddenFrame = "[other process] (hidden)"
+	SelfFrame   = "[other process] laggard (its own agent or server)"
+)
+
+// Opaque reports whether s is an opaque foreign sample.
+func (s *Sample) Opaque() bool {
+	return s.Foreign && s.PID == 0 && len(s.Frames) == 1 && s.Frames[0].Kind == Symbol
+}
+
 // UnwindStats counts how the agent unwound a batch's user frames
 // (§3.3 Algorithm 1; §5.2 frame accuracy).
 type UnwindStats struct {
