@@ -242,7 +242,11 @@ func wireDecoder[F any](r *http.Request, fromJSON, fromProto F) (F, string, erro
 func (a *API) ingestStacks(rw http.ResponseWriter, r *http.Request) {
 	w := &shedWriter{ResponseWriter: rw}
 	decode, encoding, err := wireDecoder(r, laggardv1.UnmarshalJSONStacksPartial, laggardv1.UnmarshalProtoStacksPartial)
-	a.postStacks(w, r, kindStacks, encoding, err, func(b []byte, _ int) (*stack.Batch, []laggardv1.Refusal, error) { return decode(b) })
+	a.postStacks(w, r, kindStacks, encoding, err, func(b []byte, world int) (*stack.Batch, []laggardv1.Refusal, error) {
+		// Agents ship registered ranks: a sample outside the job is
+		// refused alone.
+		return decode(b, laggardv1.Rules{World: world})
+	})
 }
 
 // importProfile stores an outside profile as rank's stacks (POST
@@ -403,9 +407,6 @@ func (a *API) postStacks(w *shedWriter, r *http.Request, kind, encoding string, 
 		if b, refused, err = decode(body, world); err != nil {
 			return err
 		}
-		// Agents ship registered ranks: they must lie in the job. A
-		// sample outside it is refused alone.
-		refused = outsideWorld(b, world, refused)
 		return allRefused(len(b.Samples), refused)
 	})
 	if !ok {
@@ -509,19 +510,9 @@ func (a *API) ingestOSStats(rw http.ResponseWriter, r *http.Request) {
 				return err
 			}
 		}
-		if b, refused, err = decode(body); err != nil {
+		if b, refused, err = decode(body, laggardv1.Rules{World: world}); err != nil {
 			return err
 		}
-		kept := b.Points[:0]
-		for i, p := range b.Points {
-			if p.Rank >= world {
-				refused = append(refused, laggardv1.Refusal{Record: fmt.Sprintf("points[%d]", i), Field: fmt.Sprintf("points[%d].rank", i),
-					Error: fmt.Sprintf("points[%d].rank: %d outside the job's world of %d", i, p.Rank, world)})
-				continue
-			}
-			kept = append(kept, p)
-		}
-		b.Points = kept
 		return allRefused(len(b.Points)+len(b.Absent), refused)
 	})
 	if !ok {
@@ -551,24 +542,6 @@ func (a *API) ingestOSStats(rw http.ResponseWriter, r *http.Request) {
 	ans := StacksAnswer{AcceptedSamples: st.Samples, AcceptedRecords: st.Records, Duplicates: st.Duplicates}
 	ans.refuse(refused)
 	writeJSON(w, http.StatusOK, ans)
-}
-
-// outsideWorld refuses the samples whose rank lies outside the job's
-// world (removing them from b) and adds them to refused.
-func outsideWorld(b *stack.Batch, world int, refused []laggardv1.Refusal) []laggardv1.Refusal {
-	kept := b.Samples[:0]
-	for i, s := range b.Samples {
-		if s.Rank >= world {
-			f := fmt.Sprintf("samples[%d].rank", i)
-			refused = append(refused, laggardv1.Refusal{Record: fmt.Sprintf("samples[%d]", i), Field: f,
-				Error: fmt.Sprintf("%s: %d outside the job's world of %d", f, s.Rank, world)})
-			continue
-		}
-		kept = append(kept, s)
-	}
-	clear(b.Samples[len(kept):])
-	b.Samples = kept
-	return refused
 }
 
 // allRefused is the answer when a batch had records and every one was

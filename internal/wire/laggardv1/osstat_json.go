@@ -18,18 +18,19 @@ const MaxBatchAbsent = 1 << 10
 // it. An omitted point "rank" or "cpu" means -1 (not a rank's / not a
 // CPU's), never rank or CPU 0. Errors name the record: points[2].value.
 func UnmarshalJSONOSStats(b []byte) (*osstat.Batch, error) {
-	out, _, err := unmarshalJSONOSStats(b, false)
+	out, _, err := unmarshalJSONOSStats(b, nil)
 	return out, err
 }
 
 // UnmarshalJSONOSStatsPartial is UnmarshalJSONOSStats keeping every valid
 // point and absence; the ones that fail validation are named in the
 // refusals. Malformed JSON or a bad batch field still refuses it whole.
-func UnmarshalJSONOSStatsPartial(b []byte) (*osstat.Batch, []Refusal, error) {
-	return unmarshalJSONOSStats(b, true)
+func UnmarshalJSONOSStatsPartial(b []byte, rules Rules) (*osstat.Batch, []Refusal, error) {
+	return unmarshalJSONOSStats(b, &rules)
 }
 
-func unmarshalJSONOSStats(b []byte, partial bool) (*osstat.Batch, []Refusal, error) {
+func unmarshalJSONOSStats(b []byte, rules *Rules) (*osstat.Batch, []Refusal, error) {
+	partial := rules != nil
 	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
 	var out osstat.Batch
 	err := walkObject(dec, func(name string) error {
@@ -57,7 +58,7 @@ func unmarshalJSONOSStats(b []byte, partial bool) (*osstat.Batch, []Refusal, err
 		return nil, nil, err
 	}
 	if partial {
-		var sv sifter
+		sv := sifter{rules: *rules}
 		if err := sv.siftOS(&out); err != nil {
 			return nil, nil, err
 		}

@@ -17,7 +17,7 @@ import (
 // allocates, unknown fields rejected, string indexes checked, the batch
 // validated, errors naming points[i].field.
 func UnmarshalProtoOSStats(b []byte) (*osstat.Batch, error) {
-	out, _, err := unmarshalProtoOSStats(b, false)
+	out, _, err := unmarshalProtoOSStats(b, nil)
 	return out, err
 }
 
@@ -25,8 +25,8 @@ func UnmarshalProtoOSStats(b []byte) (*osstat.Batch, error) {
 // valid point and absence: one that fails (a device name that is not
 // UTF-8, a bad value) is left out and named in the refusals; only an
 // error of the batch itself refuses it whole.
-func UnmarshalProtoOSStatsPartial(b []byte) (*osstat.Batch, []Refusal, error) {
-	return unmarshalProtoOSStats(b, true)
+func UnmarshalProtoOSStatsPartial(b []byte, rules Rules) (*osstat.Batch, []Refusal, error) {
+	return unmarshalProtoOSStats(b, &rules)
 }
 
 // OSStatBatch field numbers (api/laggard/v1/osstat.proto).
@@ -37,7 +37,8 @@ const (
 	osFieldAbsent  = 6
 )
 
-func unmarshalProtoOSStats(b []byte, partial bool) (*osstat.Batch, []Refusal, error) {
+func unmarshalProtoOSStats(b []byte, rules *Rules) (*osstat.Batch, []Refusal, error) {
+	partial := rules != nil
 	for _, f := range []struct {
 		num   protowire.Number
 		name  string
@@ -84,6 +85,9 @@ func unmarshalProtoOSStats(b []byte, partial bool) (*osstat.Batch, []Refusal, er
 	}
 	out := &osstat.Batch{Node: pbb.GetNode(), StartNS: pbb.GetStartNs(), EndNS: pbb.GetEndNs()}
 	var sv sifter
+	if rules != nil {
+		sv.rules = *rules
+	}
 	fail := func(kind string, i int, err error) error {
 		if !partial {
 			return err

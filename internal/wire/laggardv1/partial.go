@@ -41,10 +41,26 @@ func refusal(record string, err error) Refusal {
 	return r
 }
 
+// Rules are the receiver's own per-record rules of a partial decode.
+type Rules struct {
+	// World > 0 refuses a sample or point whose rank is not below it
+	// (the job's world size).
+	World int
+}
+
 // sifter collects refused records while a batch is decoded.
 type sifter struct {
+	rules   Rules
 	refused []Refusal
 	bad     map[string]map[int]bool // record kind → refused indexes
+}
+
+// outsideWorld is the World rule for a record's rank; field is its path.
+func (s *sifter) outsideWorld(field string, rank int) error {
+	if s.rules.World > 0 && rank >= s.rules.World {
+		return signal.FieldErrorf(field, "%d outside the job's world of %d", rank, s.rules.World)
+	}
+	return nil
 }
 
 func (s *sifter) refuse(kind string, i int, err error) {
@@ -107,6 +123,10 @@ func (s *sifter) siftStacks(b *stack.Batch) error {
 		}
 		if err := b.ValidateSample(i); err != nil {
 			s.refuseSample(i, err)
+			continue
+		}
+		if err := s.outsideWorld(fmt.Sprintf("samples[%d].rank", i), b.Samples[i].Rank); err != nil {
+			s.refuseSample(i, err)
 		}
 	}
 	if len(s.refused) == 0 {
@@ -167,7 +187,11 @@ func (s *sifter) siftOS(b *osstat.Batch) error {
 	}
 	for i := range b.Points {
 		if !s.isBad("points", i) {
-			if err := b.ValidatePoint(i); err != nil {
+			err := b.ValidatePoint(i)
+			if err == nil {
+				err = s.outsideWorld(fmt.Sprintf("points[%d].rank", i), b.Points[i].Rank)
+			}
+			if err != nil {
 				s.refuse("points", i, err)
 			}
 		}

@@ -54,7 +54,7 @@ func TestPartialStacksInvalidUTF8RefusesOnlyItsSample(t *testing.T) {
 	if _, err := UnmarshalProtoStacks(enc); err == nil || !strings.Contains(err.Error(), "UTF-8") {
 		t.Fatalf("strict decode: err %v, want an invalid UTF-8 error", err)
 	}
-	got, refused, err := UnmarshalProtoStacksPartial(enc)
+	got, refused, err := UnmarshalProtoStacksPartial(enc, Rules{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestPartialStacksRefusedMappingTakesItsSamples(t *testing.T) {
 	b := partialStackBatch()
 	b.Mappings[0].Path = "/usr/bin/aX"
 	enc := protoWithString(t, b, "/usr/bin/aX", "/usr/bin/a\x80")
-	got, refused, err := UnmarshalProtoStacksPartial(enc)
+	got, refused, err := UnmarshalProtoStacksPartial(enc, Rules{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,13 +103,13 @@ func TestPartialStacksRefusedMappingTakesItsSamples(t *testing.T) {
 func TestPartialStacksBatchErrorsRefuseTheBatch(t *testing.T) {
 	b := partialStackBatch()
 	b.Node = "nodeX"
-	if _, _, err := UnmarshalProtoStacksPartial(protoWithString(t, b, "nodeX", "node\xff")); err == nil || !strings.Contains(err.Error(), "node") {
+	if _, _, err := UnmarshalProtoStacksPartial(protoWithString(t, b, "nodeX", "node\xff"), Rules{}); err == nil || !strings.Contains(err.Error(), "node") {
 		t.Fatalf("invalid node: err %v, want the batch refused naming node", err)
 	}
 	b = partialStackBatch()
 	b.EndNS = b.StartNS - 1
 	enc, _ := MarshalProtoStacks(b)
-	if _, _, err := UnmarshalProtoStacksPartial(enc); err == nil {
+	if _, _, err := UnmarshalProtoStacksPartial(enc, Rules{}); err == nil {
 		t.Fatal("reversed window accepted")
 	}
 }
@@ -125,7 +125,7 @@ func TestPartialStacksJSONValidation(t *testing.T) {
 	if _, err := UnmarshalJSONStacks(enc); err == nil {
 		t.Fatal("strict JSON decode accepted a bad sample")
 	}
-	got, refused, err := UnmarshalJSONStacksPartial(enc)
+	got, refused, err := UnmarshalJSONStacksPartial(enc, Rules{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestPartialOSStats(t *testing.T) {
 	if _, err := UnmarshalProtoOSStats(enc); err == nil {
 		t.Fatal("strict decode accepted invalid UTF-8")
 	}
-	got, refused, err := UnmarshalProtoOSStatsPartial(enc)
+	got, refused, err := UnmarshalProtoOSStatsPartial(enc, Rules{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func FuzzPartialStacks(f *testing.F) {
 	}
 	f.Add(bad)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		b, refused, err := UnmarshalProtoStacksPartial(data)
+		b, refused, err := UnmarshalProtoStacksPartial(data, Rules{})
 		if err != nil {
 			checkErr(t, err)
 			return
@@ -195,4 +195,24 @@ func FuzzPartialStacks(f *testing.F) {
 			t.Fatalf("kept records do not re-encode: %v", err)
 		}
 	})
+}
+
+// TestPartialWorldRuleKeepsOriginalIndexes: a sample refused by the
+// decoder and one outside the job's world are both named by their index
+// in the batch as sent (not in what is left after the first refusal).
+func TestPartialWorldRuleKeepsOriginalIndexes(t *testing.T) {
+	b := partialStackBatch()
+	b.Samples[0].Count = 0 // invalid
+	b.Samples[2].Rank = 5  // outside a world of 2
+	enc, _ := MarshalProtoStacks(b)
+	got, refused, err := UnmarshalProtoStacksPartial(enc, Rules{World: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refused) != 2 || refused[0].Record != "samples[0]" || refused[1].Record != "samples[2]" || refused[1].Field != "samples[2].rank" {
+		t.Fatalf("refused %+v", refused)
+	}
+	if len(got.Samples) != 1 || got.Samples[0].PID != 11 {
+		t.Fatalf("kept %+v", got.Samples)
+	}
 }

@@ -25,7 +25,7 @@ const MaxBatchFrames = 1 << 21
 // the record: samples[3].frames[0].kind. An omitted frame "mapping" means
 // -1 (none), never mapping 0. b is not modified.
 func UnmarshalJSONStacks(b []byte) (*stack.Batch, error) {
-	out, _, err := unmarshalJSONStacks(b, false)
+	out, _, err := unmarshalJSONStacks(b, nil)
 	return out, err
 }
 
@@ -34,11 +34,12 @@ func UnmarshalJSONStacks(b []byte) (*stack.Batch, error) {
 // out and named in the refusals. A body that is not well-formed JSON
 // (invalid UTF-8 included: RFC 8259 §8.1) or breaks the batch's own
 // fields and caps is still refused whole.
-func UnmarshalJSONStacksPartial(b []byte) (*stack.Batch, []Refusal, error) {
-	return unmarshalJSONStacks(b, true)
+func UnmarshalJSONStacksPartial(b []byte, rules Rules) (*stack.Batch, []Refusal, error) {
+	return unmarshalJSONStacks(b, &rules)
 }
 
-func unmarshalJSONStacks(b []byte, partial bool) (*stack.Batch, []Refusal, error) {
+func unmarshalJSONStacks(b []byte, rules *Rules) (*stack.Batch, []Refusal, error) {
+	partial := rules != nil
 	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
 	var out stack.Batch
 	frames := 0
@@ -78,7 +79,7 @@ func unmarshalJSONStacks(b []byte, partial bool) (*stack.Batch, []Refusal, error
 		return nil, nil, err
 	}
 	if partial {
-		var sv sifter
+		sv := sifter{rules: *rules}
 		if err := sv.siftStacks(&out); err != nil {
 			return nil, nil, err
 		}

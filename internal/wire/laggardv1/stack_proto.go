@@ -34,7 +34,7 @@ const (
 // proto.Unmarshal allocates, unknown fields rejected, string indexes
 // checked, the batch validated, errors naming samples[i].frames[j].field.
 func UnmarshalProtoStacks(b []byte) (*stack.Batch, error) {
-	out, _, err := unmarshalProtoStacks(b, false)
+	out, _, err := unmarshalProtoStacks(b, nil)
 	return out, err
 }
 
@@ -43,11 +43,12 @@ func UnmarshalProtoStacks(b []byte) (*stack.Batch, error) {
 // strings, a bad field — is left out and named in the refusals; only an
 // error of the batch itself (caps, window, rate, node, framing) refuses
 // the whole batch. Samples using a refused mapping are refused with it.
-func UnmarshalProtoStacksPartial(b []byte) (*stack.Batch, []Refusal, error) {
-	return unmarshalProtoStacks(b, true)
+func UnmarshalProtoStacksPartial(b []byte, rules Rules) (*stack.Batch, []Refusal, error) {
+	return unmarshalProtoStacks(b, &rules)
 }
 
-func unmarshalProtoStacks(b []byte, partial bool) (*stack.Batch, []Refusal, error) {
+func unmarshalProtoStacks(b []byte, rules *Rules) (*stack.Batch, []Refusal, error) {
+	partial := rules != nil
 	if err := capStackBatch(b); err != nil {
 		return nil, nil, err
 	}
@@ -90,6 +91,9 @@ func unmarshalProtoStacks(b []byte, partial bool) (*stack.Batch, []Refusal, erro
 			PythonFrames: u.GetPythonFrames(), Truncated: u.GetTruncated()}
 	}
 	var sv sifter
+	if rules != nil {
+		sv.rules = *rules
+	}
 	if len(pbb.Mappings) > 0 {
 		out.Mappings = make([]stack.Mapping, len(pbb.Mappings))
 	}
