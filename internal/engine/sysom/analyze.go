@@ -90,7 +90,7 @@ func Analyze(in *Input, cfg Config) (*Report, error) {
 			w.OnTime = true
 			if !onTimeNoted[w.Rank] {
 				onTimeNoted[w.Rank] = true
-				rep.Notes = append(rep.Notes, fmt.Sprintf("rank %d is above group %s's CPU waterline (%s %s vs %s) but enters its collectives on time (%+.2f ms per step against its typical peer, noise %.2f ms): not diagnosed — this CPU difference does not delay the group",
+				rep.Notes = append(rep.Notes, fmt.Sprintf("rank %d is above group %s's CPU waterline (%s %s vs %s) but enters its collectives on time (%+.2f ms per step against its typical peer, noise %.2f ms): not diagnosed — the group does not wait for this rank, so its CPU difference is not what delays the group",
 					w.Rank, w.Group, w.Func, pct(w.Fraction), pct(w.Mean), d.ms, d.noise))
 			}
 		}

@@ -110,7 +110,7 @@ func temporal(in *Input, ranks map[int]bool, cfg Config, lat map[string]*lateSta
 	t.Suspects = sortedKeys(sus)
 	for _, r := range sortedKeys(onTime) {
 		if !sus[r] {
-			t.Evidence = append(t.Evidence, fmt.Sprintf("rank %d's share grew, but it enters its collectives on time (%+.2f ms per step against its typical peer): not what slows the job", r, dl[r].ms))
+			t.Evidence = append(t.Evidence, fmt.Sprintf("rank %d's share grew, but it enters its collectives on time (%+.2f ms per step against its typical peer): the group does not wait for it, so it is not a suspect — the path may still slow every rank through what they share (locks, file system, memory bandwidth)", r, dl[r].ms))
 		}
 	}
 	waterRanks := map[int]bool{}
