@@ -372,6 +372,23 @@ def summarize(path):
             ",".join(str(x) for x in r.get("slow_ranks") or []) or "—",
             (",".join(str(x) for x in r.get("others_named") or []) or "none") if "others_named" in r else "not recorded",
             yes(r.get("wrong_confident_before_diagnosis"))))
+    # Why a fault rank was not named, in the report's own words (its last
+    # report, saved beside the table).
+    why = []
+    for r in rows:
+        if r.get("rank_named"):
+            continue
+        rp = os.path.join(os.path.dirname(path), "report-%s-%s.json" % (r["case"], r["seed"]))
+        try:
+            rep = lower_keys(json.load(open(rp)))
+        except (OSError, ValueError):
+            continue
+        for n in get(rep, "notes", default=[]):
+            if n.startswith("rank %s " % r.get("fault_rank")) and "on time" in n:
+                why.append("- %s seed %s: %s" % (r["case"], r["seed"], n))
+    if why:
+        lines += ["", "Fault rank not named — the report says why (a rank the group does not wait for is not diagnosed, "
+                  "issue 16 item 8b; the temporal comparison still lists the fault's paths):", ""] + why
     return "\n".join(lines) + "\n"
 
 
