@@ -424,6 +424,30 @@ func (v *view) LastSteps(id string, n int) (from, to int64, ok bool, err error) 
 	return from, to, true, nil
 }
 
+// incarnationOf resolves a time-keyed report's incarnation choice (nil:
+// the newest) and says in words which launch it reads when the job has
+// had several ("" otherwise).
+func incarnationOf(j *signal.Job, choice *int) (int, string) {
+	inc := j.Current()
+	if choice != nil {
+		inc = *choice
+	}
+	if len(j.Incarnations) <= 1 && inc != IncAll {
+		return inc, ""
+	}
+	restarts := len(j.Incarnations) - 1
+	if inc == IncAll {
+		return inc, fmt.Sprintf("The job was launched %d times; this report's default window may span restarts (incarnation=all).", restarts+1)
+	}
+	in, _ := j.Incarnation(inc)
+	which := "the newest launch"
+	if inc != j.Current() {
+		which = "an earlier launch"
+	}
+	return inc, fmt.Sprintf("The job restarted %d time(s); this report's default window covers incarnation %d, %s (%s, started %s). Ask for another with incarnation=N or all.",
+		restarts, inc, which, reasonWords(in.Reason), time.Unix(0, in.Start()).UTC().Format("2006-01-02 15:04:05Z"))
+}
+
 // TimeWindow clamps [from, to) (ns since the epoch) to incarnation inc's
 // span for the time-keyed signals; IncAll leaves it as it is.
 func TimeWindow(job *signal.Job, inc int, from, to int64) (int64, int64) {
