@@ -87,7 +87,7 @@ type Capture struct {
 	Signal string `json:"signal,omitempty"`
 	// Incarnation is the launch of the job the capture asks
 	// (docs/design/roles-and-runs.md): only its processes record for it.
-	Incarnation int `json:"incarnation"`
+	Incarnation int `json:"incarnation,omitempty"`
 	// Note says why a capture closed early (the job restarted).
 	Note string `json:"note,omitempty"`
 }
