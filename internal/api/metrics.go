@@ -37,6 +37,7 @@ type Metrics struct {
 	rejected               *prometheus.CounterVec // by reason
 	conflicts              *prometheus.CounterVec // refused re-sends, by record kind
 	conflictLog            ingest.Throttle
+	incarnations           *prometheus.CounterVec // new incarnations opened, by reason
 	reportSeconds          prometheus.Histogram
 	shedLog                ingest.Throttle
 	stacks                 stackMetrics // SysOM-AI ingest (stacks.go)
@@ -59,10 +60,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Ingest requests answered with an error, by reason."}, []string{"reason"}),
 		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "ingest", Name: "conflicts_total",
 			Help: "Posts refused (409) because they re-sent a stored record with other values, by the kind of record (vectors, calls, samples, points); nothing of the post was applied."}, []string{"records"}),
+		incarnations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "jobs", Name: "incarnations_opened_total",
+			Help: "Job incarnations opened by a restart, a new launch, a resubmission (run_id) or a new layout."}, []string{"reason"}),
 		reportSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "report", Name: "seconds",
 			Help: "Latency of computing one job report (scan, assemble, analyze, time axis).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 	}
-	for _, c := range []prometheus.Collector{m.vectors, m.values, m.bytes, m.calls, m.rejected, m.conflicts, m.reportSeconds} {
+	for _, c := range []prometheus.Collector{m.vectors, m.values, m.bytes, m.calls, m.rejected, m.conflicts, m.incarnations, m.reportSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -236,8 +236,8 @@ func (s *Store) nextStats(enc []*encoded) (map[string]JobStats, int, error) {
 				if stored != nil {
 					if !bytes.Equal(stored, e.val(i)) {
 						return nil, ei, conflict(fmt.Sprintf("vectors[%d]", i), fmt.Sprintf(
-							"step %d, rank %d, micro %d is already stored with other values (%s); a re-sent vector must be identical to the stored one, and nothing of this batch was stored",
-							step, rank, micro, vecDiff(stored, e.val(i), "stored", "sent")))
+							"%s, rank %d, micro %d is already stored with other values (%s); a re-sent vector must be identical to the stored one, and nothing of this batch was stored",
+							cellStep(step), rank, micro, vecDiff(stored, e.val(i), "stored", "sent")))
 					}
 					continue // an identical re-send: nothing to write
 				}
@@ -248,6 +248,17 @@ func (s *Store) nextStats(enc []*encoded) (map[string]JobStats, int, error) {
 		next[e.job] = st
 	}
 	return next, -1, nil
+}
+
+// cellStep names a stored (ordinal) step as the client knows it: the
+// training step, and the incarnation when it is not the first launch (a
+// 409 naming ordinal 281474976710685 would tell a user nothing).
+func cellStep(ord int64) string {
+	inc, step := stagevec.SplitOrdinal(ord)
+	if inc == 0 {
+		return fmt.Sprintf("step %d", step)
+	}
+	return fmt.Sprintf("step %d of incarnation %d", step, inc)
 }
 
 // tail returns job's tail index, loading it on first use or when the
@@ -361,8 +372,8 @@ func (e *encoded) encode(job string, vs []stagevec.Vector) error {
 				// meant? Refused, like any malformed batch.
 				step, rank, micro, _ := parseVecSuffix(e.key(i))
 				return &signal.FieldError{Field: fmt.Sprintf("vectors[%d]", j), Msg: fmt.Sprintf(
-					"step %d, rank %d, micro %d is also vectors[%d] with other values (%s): send each vector once",
-					step, rank, micro, i, vecDiff(e.val(i), e.val(j), fmt.Sprintf("in vectors[%d]", i), fmt.Sprintf("in vectors[%d]", j)))}
+					"%s, rank %d, micro %d is also vectors[%d] with other values (%s): send each vector once",
+					cellStep(step), rank, micro, i, vecDiff(e.val(i), e.val(j), fmt.Sprintf("in vectors[%d]", i), fmt.Sprintf("in vectors[%d]", j)))}
 			}
 			continue // the same vector twice: stored once
 		}
@@ -448,50 +459,8 @@ func CloneVector(v *stagevec.Vector) stagevec.Vector {
 
 // LastSteps returns the range [from, to] holding the last n distinct stored
 // steps of jobID (fewer if the job has fewer); ok is false when it has no
-// vectors or n < 1. Steps may have gaps, so this walks back n distinct
-// steps with one seek each rather than computing to-n+1.
+// vectors or n < 1. See LastStepsIn.
 func (s *Store) LastSteps(jobID string, n int) (from, to int64, ok bool, err error) {
-	if err := s.enter(); err != nil {
-		return 0, 0, false, err
-	}
-	defer s.life.RUnlock()
-	if !s.hasJob(jobID) {
-		return 0, 0, false, notFound(jobID)
-	}
-	if n < 1 {
-		return 0, 0, false, nil
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: vecPrefix(jobID), UpperBound: vecPrefixEnd(jobID)})
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("store: last steps %q: %w", jobID, err)
-	}
-	defer it.Close()
-	if !it.Last() {
-		return 0, 0, false, it.Error()
-	}
-	stepOf := func() (int64, error) {
-		step, _, _, ok := parseVecSuffix(it.Key())
-		if !ok {
-			return 0, fmt.Errorf("store: key %s: %w: malformed vector key", keyString(it.Key()), ErrCorrupt)
-		}
-		return step, nil
-	}
-	if to, err = stepOf(); err != nil {
-		return 0, 0, false, err
-	}
-	from = to
-	for range n - 1 {
-		// The smallest key of step `from` is (from, 0, 0); the entry before
-		// it belongs to the previous distinct step.
-		if !it.SeekLT(vecKey(jobID, from, 0, 0)) {
-			break
-		}
-		if from, err = stepOf(); err != nil {
-			return 0, 0, false, err
-		}
-	}
-	if err := it.Error(); err != nil {
-		return 0, 0, false, fmt.Errorf("store: last steps %q: %w", jobID, err)
-	}
-	return from, to, true, nil
+	from, to, got, err := s.LastStepsIn(jobID, 0, math.MaxInt64, n)
+	return from, to, got > 0, err
 }
