@@ -50,7 +50,8 @@ func collectiveBody(t testing.TB, ctype string, rank int, from, n int64) []byte 
 // shows as 429, not as memory — with the Greyhound controller off, whose
 // analysis of the flooding job is bounded on its own (its MaxCalls, ~250
 // MB a report); and, in full mode, 2 GiB (TestChaos_Load's bound) for
-// the server as it ships, Greyhound on.
+// the server as it ships, Greyhound on. A race-built server (go test
+// -race) is allowed 3× each bound.
 func TestChaos_LoadCollectives(t *testing.T) {
 	enabled(t)
 	const posters = 64
@@ -130,8 +131,20 @@ func TestChaos_LoadCollectives(t *testing.T) {
 			if netErr != nil {
 				t.Logf("first transport error (a shed body over 1 MiB): %v", netErr)
 			}
-			if hwm > rc.bound {
-				t.Errorf("server VmHWM %.0f MiB under collective load, want < %.0f MiB", mib(hwm), mib(rc.bound))
+			bound := rc.bound
+			if serverRace {
+				// go test -race builds the server with the race detector,
+				// whose shadow memory multiplies what every allocation
+				// costs (Go documents 5–10×; TestChaos_UploadMemory
+				// measured ~4×): the bounds above are a normal build's.
+				// The defect this guards — RSS growing with the load
+				// instead of shedding, 1.0–1.6 GB in a normal build —
+				// still fails at 3×.
+				bound *= 3
+			}
+			t.Logf("VmHWM bound %.0f MiB (race-built server: %v)", mib(bound), serverRace)
+			if hwm > bound {
+				t.Errorf("server VmHWM %.0f MiB under collective load, want < %.0f MiB (race-built server: %v)", mib(hwm), mib(bound), serverRace)
 			}
 		})
 	}
