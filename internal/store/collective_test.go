@@ -105,7 +105,10 @@ func TestCollectiveRoundTrip(t *testing.T) {
 	}
 }
 
-func TestCollectiveDuplicatesIdempotent(t *testing.T) {
+// storedCalls is a store holding job "j" with calls seq 0–9 of ranks 0
+// and 1 on communicator "w", and that batch.
+func storedCalls(t *testing.T) (*Store, collective.Batch) {
+	t.Helper()
 	s := openTest(t, t.TempDir())
 	if err := s.PutJob(testJob("j")); err != nil {
 		t.Fatal(err)
@@ -117,6 +120,11 @@ func TestCollectiveDuplicatesIdempotent(t *testing.T) {
 	if _, err := s.AppendCollectives("j", &b); err != nil {
 		t.Fatal(err)
 	}
+	return s, b
+}
+
+func TestCollectiveDuplicatesIdempotent(t *testing.T) {
+	s, b := storedCalls(t)
 	res, err := s.AppendCollectives("j", &b) // a retried batch
 	if err != nil {
 		t.Fatal(err)

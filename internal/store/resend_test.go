@@ -32,17 +32,7 @@ func wantConflict(t *testing.T, what string, err error, field string, msg ...str
 // with nothing of its batch stored — below the high-water mark (read
 // back) and across the batches of one group commit.
 func TestCollectiveResentConflict(t *testing.T) {
-	s := openTest(t, t.TempDir())
-	if err := s.PutJob(testJob("j")); err != nil {
-		t.Fatal(err)
-	}
-	var b collective.Batch
-	for seq := range int64(10) {
-		b.Calls = append(b.Calls, mkCall(0, "w", seq), mkCall(1, "w", seq))
-	}
-	if _, err := s.AppendCollectives("j", &b); err != nil {
-		t.Fatal(err)
-	}
+	s, b := storedCalls(t)
 	changed := mkCall(1, "w", 4)
 	changed.Bytes *= 2
 	_, err := s.AppendCollectives("j", &collective.Batch{Calls: []collective.Call{mkCall(0, "w", 10), changed}})
