@@ -17,8 +17,15 @@ import (
 // body-read timeout (the flag as the binary names it). Assertions:
 //   - every slow connection is closed by the server within the timeout
 //     plus a margin (none still held);
-//   - normal requests during the attack (GET /healthz, a 1-vector ingest)
-//     succeed, each within 2 s (short) / 1 s (full).
+//   - normal requests during the attack (GET /healthz, a 1-vector ingest
+//     of another job) succeed, each within 2 s (short) / 1 s (full);
+//   - a 1-vector ingest of the attacked job itself is answered within the
+//     same bound, 200 or 429 with Retry-After: the bodies its slow
+//     connections promise hold their estimated cost against the job's
+//     share until they are read (issue 16 item 13, Queue.Hold), so the
+//     job may be over its share until the body timeout closes them — a
+//     refusal that says when to retry, never a hang, and never another
+//     job's refusal.
 func TestChaos_D8_SlowClients(t *testing.T) {
 	enabled(t)
 	conns := pick(500, 2000)
@@ -34,6 +41,7 @@ func TestChaos_D8_SlowClients(t *testing.T) {
 
 	s := startServer(t, t.TempDir(), flags...)
 	s.register(t, "slow", 1)
+	s.register(t, "normal", 1)
 	host := strings.TrimPrefix(s.URL(), "http://")
 
 	var (
@@ -112,7 +120,7 @@ func TestChaos_D8_SlowClients(t *testing.T) {
 	normal := newClient(1, 10*time.Second)
 	for i := range 5 {
 		for _, req := range []struct{ method, path, ctype string }{
-			{"GET", "/healthz", ""}, {"POST", "/api/v1/jobs/slow/vectors", jsonType},
+			{"GET", "/healthz", ""}, {"POST", "/api/v1/jobs/normal/vectors", jsonType}, {"POST", "/api/v1/jobs/slow/vectors", jsonType},
 		} {
 			var body []byte
 			if req.method == "POST" {
@@ -120,6 +128,10 @@ func TestChaos_D8_SlowClients(t *testing.T) {
 			}
 			r, err := call(normal, req.method, s.URL()+req.path, req.ctype, body, nil)
 			worst = max(worst, r.took)
+			attacked := req.path == "/api/v1/jobs/slow/vectors"
+			if attacked && err == nil && r.status == http.StatusTooManyRequests && r.header.Get("Retry-After") != "" {
+				r.status = http.StatusOK // over its share while its slow bodies are held: a valid answer
+			}
 			if err != nil || r.status != http.StatusOK {
 				t.Errorf("%s %s during the slow-client attack: %d %v %s", req.method, req.path, r.status, err, clip(string(r.body), 200))
 			} else if r.took > okBound {
