@@ -260,4 +260,3 @@ func BenchmarkSymbolPeriodNone16k(b *testing.B) {
 		}
 	}
 }
-
