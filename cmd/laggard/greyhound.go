@@ -92,6 +92,9 @@ func renderGreyhound(w io.Writer, rep *analysis.GreyhoundReport) error {
 	v := rep.Verdict
 	p("Greyhound-Detect · job %s\n", rep.Job)
 	p("verdict:    %s (%s confidence)%s — %s\n", v.Kind, v.Confidence, verdictWho(v), v.Text)
+	if e := v.Explanation; e != nil && e.IncreaseMS > 0 {
+		p("explains:   up to %.1f ms of the +%.1f ms per iteration (%.0f%%): %s\n", e.AccountedMS, e.IncreaseMS, 100*e.Frac, e.Basis)
+	}
 	it := rep.Iteration
 	if it.Method == analysis.MethodACF {
 		p("iteration:  %.1f ms median over %d iterations (ACF period %d calls on rank %d, ACF %.3f)", it.MedianMS, len(it.Series), it.Period, it.Rank, it.ACF)
@@ -141,7 +144,7 @@ func renderGreyhound(w io.Writer, rep *analysis.GreyhoundReport) error {
 			if m.Degraded {
 				mark, deg = "!", deg+1
 			}
-			p("  %s group %-20s %s %s ×%d ranks %v: %.2f ms (×%.2f of the cluster median %.2f)\n", mark, m.Comm, cl.Op, ghBytes(cl.Bytes), cl.Size, m.Ranks, m.ExecMS, m.Ratio, cl.MedianMS)
+			p("  %s group %-20s %s %s ×%d ranks %v: %.2f ms (×%.2f of the cluster's healthy reference %.2f)\n", mark, m.Comm, cl.Op, ghBytes(cl.Bytes), cl.Size, m.Ranks, m.ExecMS, m.Ratio, cl.RefMS)
 		}
 	}
 	if deg == 0 {
@@ -155,10 +158,10 @@ func renderGreyhound(w io.Writer, rep *analysis.GreyhoundReport) error {
 	for _, vr := range rep.Validation {
 		p("validation %s (%s): %s\n", vr.ID, vr.State, vr.Verdict.Text)
 		for _, g := range vr.GEMM {
-			p("  GEMM rank %d: %.2f ms (×%.2f)%s\n", g.Rank, g.MS, g.Ratio, slowMark(g.Slow))
+			p("  GEMM rank %d: %.2f ms (×%.2f)%s\n", g.Rank, g.MS, g.Ratio, slowMark(g.Slow, g.Separated))
 		}
 		for _, l := range vr.Links {
-			p("  link %d→%d: %.2f ms (×%.2f)%s\n", l.Src, l.Dst, l.MS, l.Ratio, slowMark(l.Slow))
+			p("  link %d→%d: %.2f ms (×%.2f)%s\n", l.Src, l.Dst, l.MS, l.Ratio, slowMark(l.Slow, l.Separated))
 		}
 	}
 	return ew.err
@@ -178,11 +181,16 @@ func verdictWho(v analysis.GreyhoundVerdict) string {
 	return ": " + strings.Join(parts, ", ")
 }
 
-func slowMark(slow bool) string {
-	if slow {
+// slowMark marks a measurement judged slow, or one beyond the healthy
+// ones only within their repetitions' noise.
+func slowMark(slow, separated bool) string {
+	switch {
+	case slow:
 		return "  ← slow"
+	case !separated:
+		return ""
 	}
-	return ""
+	return "  (stands out of the noise, but within the limit)"
 }
 
 func ghOrDash(s string) string {

@@ -253,9 +253,9 @@ func (g *Greyhound) Save(job string, s *GreyhoundState, plan *greyhound.Plan) er
 }
 
 func wirePlan(p *greyhound.Plan, createdNS int64) *ValidationPlan {
-	w := &ValidationPlan{ID: p.ID, AtStep: p.AtStep, DeadlineMS: p.DeadlineMS, CreatedNS: createdNS,
+	w := &ValidationPlan{ID: p.ID, AtStep: p.AtStep, DeadlineMS: p.DeadlineMS, CreatedNS: createdNS, BudgetMS: p.BudgetMS,
 		GEMM: &GEMMTest{Ranks: p.GEMM.Ranks, N: p.GEMM.N, Dtype: p.GEMM.Dtype, Reps: p.GEMM.Reps},
-		P2P:  &P2PTest{SizesBytes: p.P2P.SizesBytes, Reps: p.P2P.Reps}}
+		P2P:  &P2PTest{SizesBytes: p.P2P.SizesBytes, Reps: p.P2P.Reps, PassBudgetMS: p.P2P.PassBudgetMS, StopRatio: p.P2P.StopRatio}}
 	for _, pass := range p.P2P.Passes {
 		ls := make([]Link, len(pass))
 		for i, l := range pass {
@@ -267,12 +267,12 @@ func wirePlan(p *greyhound.Plan, createdNS int64) *ValidationPlan {
 }
 
 func enginePlan(w *ValidationPlan) greyhound.Plan {
-	p := greyhound.Plan{ID: w.ID, AtStep: w.AtStep, DeadlineMS: w.DeadlineMS}
+	p := greyhound.Plan{ID: w.ID, AtStep: w.AtStep, DeadlineMS: w.DeadlineMS, BudgetMS: w.BudgetMS}
 	if w.GEMM != nil {
 		p.GEMM = greyhound.GEMMTest{Ranks: w.GEMM.Ranks, N: w.GEMM.N, Dtype: w.GEMM.Dtype, Reps: w.GEMM.Reps}
 	}
 	if w.P2P != nil {
-		p.P2P = greyhound.P2PTest{SizesBytes: w.P2P.SizesBytes, Reps: w.P2P.Reps}
+		p.P2P = greyhound.P2PTest{SizesBytes: w.P2P.SizesBytes, Reps: w.P2P.Reps, PassBudgetMS: w.P2P.PassBudgetMS, StopRatio: w.P2P.StopRatio}
 		for _, pass := range w.P2P.Passes {
 			ls := make([]greyhound.Link, len(pass))
 			for i, l := range pass {
@@ -285,7 +285,7 @@ func enginePlan(w *ValidationPlan) greyhound.Plan {
 }
 
 func engineResult(r *ValidationResult) greyhound.RankResult {
-	out := greyhound.RankResult{Rank: r.Rank, Missed: r.Missed, GEMMMS: r.GEMMMS, Error: r.Error}
+	out := greyhound.RankResult{Rank: r.Rank, Missed: r.Missed, GEMMMS: r.GEMMMS, Error: r.Error, PausedFromNS: r.PausedFromNS, PausedToNS: r.PausedToNS}
 	for _, p := range r.P2P {
 		out.P2P = append(out.P2P, greyhound.P2PResult{Pass: p.Pass, Src: p.Src, Dst: p.Dst, Bytes: p.Bytes, MS: p.MS})
 	}

@@ -37,6 +37,10 @@ type Iter struct {
 	// Estimated: one of its two anchor calls was missing (dropped) and its
 	// time was estimated from the other calls of that iteration.
 	Estimated bool `json:"estimated,omitempty"`
+	// Paused: the iteration overlaps a validation pause (the ranks
+	// benchmarking, §4.3), so it is no evidence of a fail-slow: the
+	// change-point detector does not see it.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // IterSeries is one rank's iteration-time series (§4.2).
