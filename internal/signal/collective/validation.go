@@ -18,7 +18,7 @@ type ValidationPlan struct {
 	// deadline. Clients stop where they are when it is spent.
 	BudgetMS int64     `json:"budget_ms,omitempty"`
 	GEMM     *GEMMTest `json:"gemm,omitempty"`
-	P2P        *P2PTest  `json:"p2p,omitempty"`
+	P2P      *P2PTest  `json:"p2p,omitempty"`
 	// CreatedNS is the server clock when the plan was published; the
 	// deadline runs from it.
 	CreatedNS int64 `json:"created_ns,omitempty"`
