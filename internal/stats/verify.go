@@ -354,7 +354,7 @@ func (j *jitter) observe(t int, x float64, lastChange int) {
 	j.idx = t + 1
 	m := j.median()
 	j.slide(t, x)
-	if t < jitterBase/4 || t-jitterBase < lastChange || math.IsNaN(x) || math.IsInf(x, 0) || m == 0 {
+	if t < jitterBase/4 || (lastChange > 0 && t-jitterBase < lastChange) || math.IsNaN(x) || math.IsInf(x, 0) || m == 0 {
 		return
 	}
 	b := jitterBinOf(jitterScale(x, m))
@@ -386,8 +386,21 @@ func (j *jitter) beyond(c, t int, lr float64) float64 {
 			}
 		}
 	}
-	return (float64(k) + 0.5) / float64(n+1)
+	// Smoothed, (k + ½)/(n + 1); a record shorter than jitterMin points
+	// keeps its observed rate but is smoothed as if it had jitterMin: a
+	// job's first iterations say little about its jitter's tail, and
+	// taking the few unseen points as jitter would make an early change
+	// unverifiable (the noise-blind gate's behaviour until the record
+	// fills).
+	if n > 0 && n < jitterMin {
+		return (float64(k)*jitterMin/float64(n) + 0.5) / (jitterMin + 1)
+	}
+	return (float64(k) + 0.5) / float64(max(n, jitterMin)+1)
 }
+
+// jitterMin is the record length below which beyond smooths as if it had
+// this many points (2 × Before).
+const jitterMin = 64
 
 // binomUpper is P(Binomial(n, p) ≥ k).
 func binomUpper(n, k int, p float64) float64 {

@@ -278,3 +278,17 @@ func TestJitterBaseMedian(t *testing.T) {
 		h.push(x)
 	}
 }
+
+// A change early in a series — before the jitter record holds many
+// points — still verifies: a short record is smoothed as if it were
+// jitterMin points long (issue 16: the demo's fault starts at its tenth
+// iteration and the first noise-aware version never verified it).
+func TestVerifiedEarlyChange(t *testing.T) {
+	for seed := uint64(0); seed < 20; seed++ {
+		x := gen(seed, []float64{100, 240}, []int{10, 60}, 0.03, nil)
+		got := DefaultVerified().Detect(x)
+		if len(got) != 1 || got[0].Index < 9 || got[0].Index > 11 || !got[0].Rise() {
+			t.Fatalf("seed %d: %+v", seed, got)
+		}
+	}
+}
