@@ -110,6 +110,9 @@ func renderGreyhound(w io.Writer, rep *analysis.GreyhoundReport) error {
 			}
 			p("            latest: %s ms\n", strings.Join(xs, ", "))
 		}
+		if it.Note != "" {
+			p("            %s\n", it.Note)
+		}
 	} else {
 		p("iteration:  unknown (%s)\n", ghOrDash(it.Note))
 	}
