@@ -89,7 +89,8 @@ func TestVerdictCombinesValidationAndLateness(t *testing.T) {
 		{"late rank, healthy validation", nil, nil, lateMatrix(1, 4, 30, 40, on, 2, 0.95, 40), onsetAt(on, 100, 150), VerdictLateRank, "2", ConfidenceHigh, "host side"},
 		{"late rank, few instances: low confidence", nil, nil, lateMatrix(2, 4, 30, 8, on, 2, 1, 40), onsetAt(on, 100, 150), VerdictLateRank, "2", ConfidenceLow, "host side"},
 		{"late rank, margin a third of the increase: low", nil, nil, lateMatrix(3, 4, 30, 40, on, 1, 0.95, 17), onsetAt(on, 100, 150), VerdictLateRank, "1", ConfidenceLow, "host side"},
-		{"slow GPU wins over lateness", map[int]float64{1: 4}, nil, lateMatrix(4, 4, 30, 40, on, 2, 0.95, 40), onsetAt(on, 100, 150), VerdictSlowRank, "1", ConfidenceHigh, "GEMM"},
+		{"slow GPU on the late rank", map[int]float64{2: 4}, nil, lateMatrix(4, 4, 30, 40, on, 2, 0.95, 40), onsetAt(on, 100, 150), VerdictSlowRank, "2", ConfidenceHigh, "GEMM"},
+		{"a slow GPU the others do not wait for does not set the pace", map[int]float64{1: 4}, nil, lateMatrix(4, 4, 30, 40, on, 2, 0.95, 40), onsetAt(on, 100, 150), VerdictLateRank, "2", ConfidenceHigh, "does not set the pace"},
 		{"slow link wins over lateness", nil, map[Link]float64{{1, 2}: 3}, lateMatrix(5, 4, 30, 40, on, 2, 0.95, 40), onsetAt(on, 100, 150), VerdictSlowLink, "", ConfidenceHigh, "P2P"},
 		{"margin too small for the increase", nil, nil, lateMatrix(6, 4, 30, 40, on, 2, 0.95, 5), onsetAt(on, 100, 150), VerdictNone, "", ConfidenceLow, "no rank enters collectives consistently late"},
 		{"nobody consistently last", nil, nil, lateMatrix(7, 4, 30, 40, on, 2, 0.3, 40), onsetAt(on, 100, 150), VerdictNone, "", ConfidenceLow, "no rank enters collectives consistently late"},
@@ -133,11 +134,19 @@ func TestLateRankProperties(t *testing.T) {
 		if e.Rank != late {
 			t.Fatalf("it %d: singled out %d, injected %d (%+v)", it, e.Rank, late, e)
 		}
-		// A slow GEMM that explains the increase wins over lateness.
+		// A slow GEMM that explains the increase on the late rank is the
+		// cause; on another rank it does not set the pace (the others
+		// wait for the late one) and lateness names the late rank.
 		plan := PlanValidation([]Group{{Comm: "w", Ranks: l.Ranks}}, cfg)
-		slowGPU := results(plan, map[int]float64{(late + 1) % n: 3 * (1.3 + 2*(on.AfterMS-on.BeforeMS)/on.BeforeMS)}, nil)
-		if v := Conclude(JudgeAll(plan, slowGPU, cfg), e, ok, Episode{Onset: on}, cfg); v.Kind != VerdictSlowRank {
-			t.Fatalf("it %d: lateness overrode a slow GEMM that explains the slowdown: %+v", it, v)
+		f := 3 * (1.3 + 2*(on.AfterMS-on.BeforeMS)/on.BeforeMS)
+		if v := Conclude(JudgeAll(plan, results(plan, map[int]float64{late: f}, nil), cfg), e, ok, Episode{Onset: on}, cfg); v.Kind != VerdictSlowRank || v.Ranks[0] != late {
+			t.Fatalf("it %d: a slow GEMM on the late rank: %+v", it, v)
+		}
+		if n > 2 {
+			v := Conclude(JudgeAll(plan, results(plan, map[int]float64{(late + 1) % n: f}, nil), cfg), e, ok, Episode{Onset: on}, cfg)
+			if v.Kind != VerdictLateRank || v.Ranks[0] != late || !strings.Contains(v.Text, "does not set the pace") {
+				t.Fatalf("it %d: a slow GEMM off the pace: %+v", it, v)
+			}
 		}
 	}
 }

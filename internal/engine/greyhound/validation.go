@@ -433,17 +433,14 @@ func JudgeAll(plan Plan, results []RankResult, cfg Config) Judgement {
 		}
 	}
 
-	// GEMM against the faster half of the ranks.
+	// GEMM against the healthy ranks (gemmRef).
 	var slowRanks []int
 	{
 		bests := make([]float64, 0, len(gemm))
 		for _, g := range gemm {
 			bests = append(bests, g.best)
 		}
-		ref := 0.0
-		if len(bests) > 0 {
-			ref = fasterHalfMedian(bests)
-		}
+		ref := gemmRef(bests, cfg.SlowRel)
 		var us []unit[int]
 		for r, g := range gemm {
 			us = append(us, unit[int]{r, *g})
@@ -632,7 +629,7 @@ func JudgeAll(plan Plan, results []RankResult, cfg Config) Judgement {
 	var v Verdict
 	switch {
 	case len(slowRanks) > 0:
-		text := fmt.Sprintf("GEMM validation: rank(s) %s slower than the faster half of %d ranks by more than %.0f%%, outside the spread of their repetitions (best of %d)", joinInts(slowRanks), len(gemm), 100*(j.Limit-1), max(plan.GEMM.Reps, 1))
+		text := fmt.Sprintf("GEMM validation: rank(s) %s slower than the healthy ranks (of %d) by more than %.0f%%, outside the spread of their repetitions (best of %d)", joinInts(slowRanks), len(gemm), 100*(j.Limit-1), max(plan.GEMM.Reps, 1))
 		if len(j.Explain) > 0 {
 			text += fmt.Sprintf("; its links %s are slow too, as a slow rank's transfers are", joinLinks(j.Explain))
 		}
@@ -745,6 +742,31 @@ func standOut[O comparable](us []unit[O], ref, rel float64) ([]standing, float64
 		out[i].clear = out[i].out && u.best > limit[i]*spread
 	}
 	return out, spread
+}
+
+// gemmRef is the healthy GEMM time: the median of the ranks within
+// SlowRel of the median when they are a majority — one GPU or CPU is one
+// rank, so a fault slows few of them, and a rank that runs faster (alone
+// on its core, a cooler GPU) is no reason to call the others slow — else
+// (no majority around the median: two of four ranks hogged put it between
+// the groups) the median of the faster half, so the slow ranks cannot set
+// it. Transfers use the faster half always: one faulty rank touches most
+// of the links of a small ring.
+func gemmRef(bests []float64, rel float64) float64 {
+	if len(bests) == 0 {
+		return 0
+	}
+	med := medianSigned(slices.Clone(bests))
+	var near []float64
+	for _, b := range bests {
+		if med > 0 && b <= med*(1+rel) && b >= med/(1+rel) {
+			near = append(near, b)
+		}
+	}
+	if 2*len(near) > len(bests) {
+		return medianSigned(near)
+	}
+	return fasterHalfMedian(bests)
 }
 
 // fasterHalfMedian is the median of the faster half of xs (the healthy

@@ -103,7 +103,7 @@ func Conclude(j Judgement, late LateEvidence, lateOK bool, ep Episode, cfg Confi
 	}
 
 	// Validation findings, each weighed against the increase.
-	var ranksOK, ranksNot []int
+	var ranksOK, ranksNot, ranksOffPace []int
 	var rankBest, rankWorst *Explanation
 	narrow := false // a named component stands out of the noise only narrowly
 	for _, g := range j.GEMM {
@@ -112,7 +112,6 @@ func Conclude(j Judgement, late LateEvidence, lateOK bool, ep Episode, cfg Confi
 		}
 		e := account(g.Ratio, fmt.Sprintf("rank %d's GEMM", g.Rank))
 		if e.Explains {
-			narrow = narrow || !g.Clear
 			ranksOK = append(ranksOK, g.Rank)
 			if rankBest == nil || e.AccountedMS > rankBest.AccountedMS {
 				rankBest = &e
@@ -124,15 +123,24 @@ func Conclude(j Judgement, late LateEvidence, lateOK bool, ep Episode, cfg Confi
 			}
 		}
 	}
-	explained := map[Link]bool{}
-	for _, l := range j.Explain {
-		explained[l] = true
+	// Consistency with entry lateness: ranks slow at compute would be the
+	// ones the others wait for. When lateness singles out another rank,
+	// these do not set the pace (their GEMM deficit may be as old as the
+	// job: ranks sharing a core) — reported as seen, and the transfers
+	// they would have explained are judged as links again.
+	if lateOK && len(ranksOK) > 0 && !slices.Contains(ranksOK, late.Rank) {
+		ranksOffPace, ranksOK, rankBest = ranksOK, nil, nil
+	}
+	for _, g := range j.GEMM {
+		if slices.Contains(ranksOK, g.Rank) {
+			narrow = narrow || !g.Clear
+		}
 	}
 	var linksOK, linksNot []Link
 	var linkBest, linkWorst *Explanation
 	for _, lv := range j.Links {
 		l := Link{lv.Src, lv.Dst}
-		if !lv.Slow || explained[l] {
+		if !lv.Slow || slices.Contains(ranksOK, l.Src) || slices.Contains(ranksOK, l.Dst) {
 			continue
 		}
 		e := account(lv.Ratio, fmt.Sprintf("link %d→%d", l.Src, l.Dst))
@@ -156,6 +164,9 @@ func Conclude(j Judgement, late LateEvidence, lateOK bool, ep Episode, cfg Confi
 	}
 	seenNot := func() string {
 		var parts []string
+		if len(ranksOffPace) > 0 {
+			parts = append(parts, fmt.Sprintf("rank(s) %s slow at GEMM, but the others wait for rank %d at its collectives, not for them: their compute does not set the pace", joinInts(ranksOffPace), late.Rank))
+		}
 		if len(ranksNot) > 0 {
 			parts = append(parts, fmt.Sprintf("rank(s) %s slow at GEMM (up to %.1f ms per iteration)", joinInts(ranksNot), rankWorst.AccountedMS))
 		}
@@ -165,7 +176,10 @@ func Conclude(j Judgement, late LateEvidence, lateOK bool, ep Episode, cfg Confi
 		if len(parts) == 0 {
 			return ""
 		}
-		return "validation also saw " + strings.Join(parts, " and ") + fmt.Sprintf(", too little to explain the +%.1f ms", inc)
+		if len(ranksNot) > 0 || len(linksNot) > 0 {
+			parts[len(parts)-1] += fmt.Sprintf(", too little to explain the +%.1f ms", inc)
+		}
+		return "validation also saw " + strings.Join(parts, "; and ")
 	}
 	increase := ""
 	if inc > 0 {
@@ -186,8 +200,8 @@ func Conclude(j Judgement, late LateEvidence, lateOK bool, ep Episode, cfg Confi
 		text := fmt.Sprintf("GEMM validation: rank(s) %s slower than the healthy ranks by more than %.0f%%, outside the spread of their repetitions; that can account for up to %.1f ms%s",
 			joinInts(ranksOK), 100*(j.Limit-1), rankBest.AccountedMS, increase)
 		var mine []Link
-		for _, l := range j.Explain {
-			if slices.Contains(ranksOK, l.Src) || slices.Contains(ranksOK, l.Dst) {
+		for _, lv := range j.Links {
+			if l := (Link{lv.Src, lv.Dst}); lv.Slow && (slices.Contains(ranksOK, l.Src) || slices.Contains(ranksOK, l.Dst)) {
 				mine = append(mine, l)
 			}
 		}
@@ -197,7 +211,7 @@ func Conclude(j Judgement, late LateEvidence, lateOK bool, ep Episode, cfg Confi
 		if len(linksOK) > 0 {
 			text += fmt.Sprintf("; slow link(s) %s too", joinLinks(linksOK))
 		}
-		if s := seenNot(); s != "" && len(ranksNot) > 0 {
+		if s := seenNot(); s != "" {
 			text += "; " + s
 		}
 		partial(rankBest)

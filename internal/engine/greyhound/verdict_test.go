@@ -55,9 +55,10 @@ func TestConcludeNamesOnlyWhatExplainsTheSlowdown(t *testing.T) {
 			}
 		}
 	}
-	// The same GEMM deficit on a job it does explain (the slowdown is
-	// about its size) is named.
-	small := onsetAt(on, 46.5, 51.3)
+	// A GEMM deficit on a job it does explain (the slowdown is about its
+	// size) is named.
+	small := onsetAt(on, 46.5, 52.5)
+	gemm[3] = 52.5
 	j := JudgeAll(plan, gemmResults(plan, 1, gemm, 0.005), cfg)
 	if v := Conclude(j, LateEvidence{}, false, Episode{Onset: small}, cfg); v.Kind != VerdictSlowRank || !slices.Equal(v.Ranks, []int{3}) {
 		t.Fatalf("a GEMM deficit that explains the slowdown: %+v", v)
@@ -275,5 +276,46 @@ func TestAnalyzeMasksValidationPause(t *testing.T) {
 	}
 	if paused == 0 || paused > 2 || len(rep.Iteration.Series) != len(plain.Iteration.Series) || !strings.Contains(rep.Iteration.Note, "validation pause") {
 		t.Fatalf("%d paused of %d (unmasked %d), note %q", paused, len(rep.Iteration.Series), len(plain.Iteration.Series), rep.Iteration.Note)
+	}
+}
+
+// Found by eval/greyhound/localize.py (issue 16): ranks 0, 2 and 3 share
+// one core and rank 1 runs alone on the other, so their GEMMs take twice
+// rank 1's — before and after any fault. Against the faster half the
+// three were "slow" and named for a sleep on rank 1 and for rank 1's
+// throttled link. The majority around the median is the healthy
+// reference (rank 1 is merely fast), and ranks the others do not wait for
+// do not set the pace.
+func TestConcludeRanksSharingACore(t *testing.T) {
+	cfg := DefaultConfig()
+	const on = int64(1_000e9)
+	onset := onsetAt(on, 68, 131)
+	plan := PlanValidation([]Group{{Comm: "world", Ranks: []int{0, 1, 2, 3}}}, cfg)
+	shared := map[int]float64{0: 6, 1: 3, 2: 6, 3: 6}
+	late := lateMatrix(3, 4, 10, 40, on, 1, 0.95, 60)
+	e, ok := LateRank(late, onset, 0, cfg)
+	// sleep on rank 1
+	v := Conclude(JudgeAll(plan, results(plan, shared, nil), cfg), e, ok, Episode{Onset: onset}, cfg)
+	if v.Kind != VerdictLateRank || !slices.Equal(v.Ranks, []int{1}) {
+		t.Fatalf("sleep on rank 1: %+v", v)
+	}
+	// rank 1's link throttled
+	slow := map[Link]float64{{0, 1}: 6, {1, 2}: 6}
+	v = Conclude(JudgeAll(plan, results(plan, shared, slow), cfg), e, ok, Episode{Onset: onset}, cfg)
+	if v.Kind != VerdictSlowLink || !slices.Equal(v.Links, []Link{{0, 1}, {1, 2}}) {
+		t.Fatalf("rank 1's link: %+v", v)
+	}
+	// a false onset in a control: nothing to name
+	v = Conclude(JudgeAll(plan, results(plan, shared, nil), cfg), LateEvidence{}, false, Episode{Onset: onset}, cfg)
+	if len(v.Ranks) != 0 || len(v.Links) != 0 {
+		t.Fatalf("control: %+v", v)
+	}
+	// even when the three slower ranks are what lateness sees: they
+	// share the core the whole time (GEMM does not name them)
+	j := JudgeAll(plan, results(plan, shared, nil), cfg)
+	for _, g := range j.GEMM {
+		if g.Slow {
+			t.Fatalf("ranks sharing a core judged slow: %+v", j.GEMM)
+		}
 	}
 }
