@@ -319,3 +319,22 @@ func TestConcludeRanksSharingACore(t *testing.T) {
 		}
 	}
 }
+
+// The demo end to end through the controller, with the GEMM times
+// of the run that named rank 3 (1419 / 1550 / 1417 / 1763 ms, ×1.19 of the
+// median) and its onset (71.9 → 172.0 ms): the first controller said
+// slow_rank (high confidence) [3]; rank 0, the one the others wait for,
+// is the cause.
+func TestControllerDemoBackwardComm(t *testing.T) {
+	cfg := DefaultConfig()
+	const on = int64(1_000e9)
+	onset := onsetAt(on, 71.9, 172.0)
+	plan := PlanValidation([]Group{{Comm: "world", Ranks: []int{0, 1, 2, 3}}}, cfg)
+	res := results(plan, map[int]float64{0: 1419.35, 1: 1550.47, 2: 1417.23, 3: 1762.95}, nil)
+	late := lateMatrix(12, 4, 10, 40, on, 0, 1, 118)
+	s := ControllerState{Phase: PhaseValidation, Plan: &plan, Onset: onset, History: []Transition{}}
+	s2, _ := Step(s, Observation{NowNS: 1, Results: res, Lateness: late}, cfg)
+	if v := s2.Verdict; v.Kind != VerdictLateRank || !slices.Equal(v.Ranks, []int{0}) || !strings.Contains(v.Text, "rank(s) 3 slow at GEMM") {
+		t.Fatalf("%+v", v)
+	}
+}
