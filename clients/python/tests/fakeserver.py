@@ -23,7 +23,7 @@ _COLL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/collectives(?:\?world=(\d+))?$"
 _VAL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation\?rank=(\d+)$")
 _RES_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation/([^/?]+)/results$")
 # KAIR captures (contracts C).
-_CAP_PENDING = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/pending\?rank=(\d+)$")
+_CAP_PENDING = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/pending\?rank=(\d+)(?:&step=(\d+))?$")
 _CAP_TRACE = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/([^/?]+)/traces\?rank=(\d+)$")
 _OPS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AllToAll", "Send", "Recv", "Barrier")
 _CALL_FIELDS = ("rank", "comm", "seq", "op", "bytes", "peer", "root", "enter_ns", "return_ns", "step")
@@ -89,6 +89,7 @@ class FakeServer:
         # (job, cid, rank): {"body": bytes (gunzipped), "headers": {lower: v}}.
         self.captures = {}
         self.traces = {}
+        self.poll_steps = {}  # (job, rank) -> steps the polls reported (KAIR start step)
         self.clock_skew_ns = 0  # added to the server's clock in heartbeats
         self._lock = threading.Lock()
         self._counts = {}
@@ -258,6 +259,8 @@ class FakeServer:
         m = _CAP_PENDING.match(path)
         if m and method == "GET":
             recv = time.time_ns() + self.clock_skew_ns
+            if m.group(3) is not None:
+                self.poll_steps.setdefault((m.group(1), int(m.group(2))), []).append(int(m.group(3)))
             cap = self.captures.get(m.group(1))
             if callable(cap):
                 cap = cap(int(m.group(2)), k)
