@@ -24,6 +24,7 @@ func runGreyhound(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	asJSON := fs.Bool("json", false, "print the report as JSON (docs/format/greyhound.md)")
 	last := fs.Duration("last", 0, "analyse the calls of this last span (default: the server's window, 10m)")
 	validate := fs.Bool("validate", false, "ask the controller to validate the job now (needs the ingest scope for the job)")
+	inc := fs.String("incarnation", "", "which launch of a restarted job to read: a number, or all (default: the newest)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -53,6 +54,12 @@ func runGreyhound(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	q := url.Values{}
 	if *last > 0 {
 		q.Set("last_s", strconv.FormatFloat(last.Seconds(), 'f', -1, 64))
+	}
+	if *inc != "" {
+		q.Set(analysis.ParamIncarnation, *inc)
+		if _, err := analysis.ParseIncarnation(q); err != nil {
+			return fmt.Errorf("-incarnation: %w", err)
+		}
 	}
 	raw, _, err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(job)+"/greyhound?"+q.Encode(), "", nil)
 	if err != nil {
@@ -91,6 +98,9 @@ func renderGreyhound(w io.Writer, rep *analysis.GreyhoundReport) error {
 	p := ew.printf
 	v := rep.Verdict
 	p("Greyhound-Detect · job %s\n", rep.Job)
+	if rep.IncarnationNote != "" {
+		p("launch:     %s\n", rep.IncarnationNote)
+	}
 	p("verdict:    %s (%s confidence)%s — %s\n", v.Kind, v.Confidence, verdictWho(v), v.Text)
 	if e := v.Explanation; e != nil && e.IncreaseMS > 0 {
 		p("explains:   up to %.1f ms of the +%.1f ms per iteration (%.0f%%): %s\n", e.AccountedMS, e.IncreaseMS, 100*e.Frac, e.Basis)

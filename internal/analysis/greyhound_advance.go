@@ -150,6 +150,12 @@ func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *Gr
 		return nil, err
 	}
 	cfg := g.cfg
+	if st.Incarnation != gi.Incarnation {
+		// The job restarted: the episode, its change points and any plan
+		// were the previous launch's, whose processes are gone. Start
+		// over on the new launch's calls (the window holds only them).
+		st = &GreyhoundState{Incarnation: gi.Incarnation, ManualNS: st.ManualNS}
+	}
 	cs := st.Controller
 	if cs.Phase == "" {
 		cs = greyhound.NewController(nowNS)
@@ -244,6 +250,7 @@ func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *Gr
 			return nil, err
 		}
 	}
+	gi.label(res.Report)
 	res.Changed = len(res.Transitions) > 0 || plan != nil || next.SeenNS != st.SeenNS || next.ManualNS != st.ManualNS || st.Controller.Phase == ""
 	return res, nil
 }

@@ -25,6 +25,9 @@ type ValidationPlan struct {
 	// Suspects are the degraded groups' ranks that moved the controller
 	// (evidence for the report; clients ignore it).
 	Suspects []int `json:"suspects,omitempty"`
+	// Incarnation is the job launch the plan was made for: only its
+	// processes run it and post results (docs/design/roles-and-runs.md).
+	Incarnation int `json:"incarnation,omitempty"`
 }
 
 // GEMMTest is the computation validation: a GEMM of n×n per rank.
