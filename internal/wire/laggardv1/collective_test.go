@@ -141,6 +141,7 @@ func FuzzCollectiveJSON(f *testing.F) {
 	f.Add(js)
 	f.Add([]byte(`{"calls":null,"comms":[],"dropped":0}`))
 	f.Add([]byte(`{"calls":[{"op":"isend"}]}`))
+	f.Add([]byte(`{"incarnation":3,"calls":[],"incarnation":null}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := UnmarshalJSONCollectives(b, 0)
 		if err != nil {
@@ -163,6 +164,7 @@ func FuzzCollectiveProto(f *testing.F) {
 	f.Add(raw)
 	f.Add([]byte{})
 	f.Add([]byte{0x12, 0x00})
+	f.Add([]byte{0x20, 0xff, 0xff, 0x04}) // incarnation 65535
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := UnmarshalProtoCollectives(b, 0)
 		if err != nil {
