@@ -55,11 +55,8 @@ func runGreyhound(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *last > 0 {
 		q.Set("last_s", strconv.FormatFloat(last.Seconds(), 'f', -1, 64))
 	}
-	if *inc != "" {
-		q.Set(analysis.ParamIncarnation, *inc)
-		if _, err := analysis.ParseIncarnation(q); err != nil {
-			return fmt.Errorf("-incarnation: %w", err)
-		}
+	if err := setIncarnation(q, *inc); err != nil {
+		return err
 	}
 	raw, _, err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(job)+"/greyhound?"+q.Encode(), "", nil)
 	if err != nil {
@@ -80,6 +77,20 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// setIncarnation puts the -incarnation flag's value (a launch of a
+// restarted job: N or all; "" the newest) on a report query, refusing a
+// bad one before any request.
+func setIncarnation(q url.Values, v string) error {
+	if v == "" {
+		return nil
+	}
+	q.Set(analysis.ParamIncarnation, v)
+	if _, err := analysis.ParseIncarnation(q); err != nil {
+		return fmt.Errorf("-incarnation: %w", err)
+	}
+	return nil
 }
 
 // greyhoundHint adds what a 404 from the Greyhound routes usually means.
