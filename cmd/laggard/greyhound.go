@@ -24,6 +24,7 @@ func runGreyhound(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	asJSON := fs.Bool("json", false, "print the report as JSON (docs/format/greyhound.md)")
 	last := fs.Duration("last", 0, "analyse the calls of this last span (default: the server's window, 10m)")
 	validate := fs.Bool("validate", false, "ask the controller to validate the job now (needs the ingest scope for the job)")
+	inc := fs.String("incarnation", "", "which launch of a restarted job to read: a number, or all (default: the newest)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -54,6 +55,9 @@ func runGreyhound(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *last > 0 {
 		q.Set("last_s", strconv.FormatFloat(last.Seconds(), 'f', -1, 64))
 	}
+	if err := setIncarnation(q, *inc); err != nil {
+		return err
+	}
 	raw, _, err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(job)+"/greyhound?"+q.Encode(), "", nil)
 	if err != nil {
 		return greyhoundHint(err)
@@ -75,6 +79,20 @@ func envOr(k, def string) string {
 	return def
 }
 
+// setIncarnation puts the -incarnation flag's value (a launch of a
+// restarted job: N or all; "" the newest) on a report query, refusing a
+// bad one before any request.
+func setIncarnation(q url.Values, v string) error {
+	if v == "" {
+		return nil
+	}
+	q.Set(analysis.ParamIncarnation, v)
+	if _, err := analysis.ParseIncarnation(q); err != nil {
+		return fmt.Errorf("-incarnation: %w", err)
+	}
+	return nil
+}
+
 // greyhoundHint adds what a 404 from the Greyhound routes usually means.
 func greyhoundHint(err error) error {
 	var he *httpError
@@ -91,7 +109,13 @@ func renderGreyhound(w io.Writer, rep *analysis.GreyhoundReport) error {
 	p := ew.printf
 	v := rep.Verdict
 	p("Greyhound-Detect · job %s\n", rep.Job)
+	if rep.IncarnationNote != "" {
+		p("launch:     %s\n", rep.IncarnationNote)
+	}
 	p("verdict:    %s (%s confidence)%s — %s\n", v.Kind, v.Confidence, verdictWho(v), v.Text)
+	if e := v.Explanation; e != nil && e.IncreaseMS > 0 {
+		p("explains:   up to %.1f ms of the +%.1f ms per iteration (%.0f%%): %s\n", e.AccountedMS, e.IncreaseMS, 100*e.Frac, e.Basis)
+	}
 	it := rep.Iteration
 	if it.Method == analysis.MethodACF {
 		p("iteration:  %.1f ms median over %d iterations (ACF period %d calls on rank %d, ACF %.3f)", it.MedianMS, len(it.Series), it.Period, it.Rank, it.ACF)
@@ -106,6 +130,9 @@ func renderGreyhound(w io.Writer, rep *analysis.GreyhoundReport) error {
 				xs = append(xs, fmt.Sprintf("%.1f", s.MS))
 			}
 			p("            latest: %s ms\n", strings.Join(xs, ", "))
+		}
+		if it.Note != "" {
+			p("            %s\n", it.Note)
 		}
 	} else {
 		p("iteration:  unknown (%s)\n", ghOrDash(it.Note))
@@ -141,7 +168,7 @@ func renderGreyhound(w io.Writer, rep *analysis.GreyhoundReport) error {
 			if m.Degraded {
 				mark, deg = "!", deg+1
 			}
-			p("  %s group %-20s %s %s ×%d ranks %v: %.2f ms (×%.2f of the cluster median %.2f)\n", mark, m.Comm, cl.Op, ghBytes(cl.Bytes), cl.Size, m.Ranks, m.ExecMS, m.Ratio, cl.MedianMS)
+			p("  %s group %-20s %s %s ×%d ranks %v: %.2f ms (×%.2f of the cluster's healthy reference %.2f)\n", mark, m.Comm, cl.Op, ghBytes(cl.Bytes), cl.Size, m.Ranks, m.ExecMS, m.Ratio, cl.RefMS)
 		}
 	}
 	if deg == 0 {
@@ -155,10 +182,10 @@ func renderGreyhound(w io.Writer, rep *analysis.GreyhoundReport) error {
 	for _, vr := range rep.Validation {
 		p("validation %s (%s): %s\n", vr.ID, vr.State, vr.Verdict.Text)
 		for _, g := range vr.GEMM {
-			p("  GEMM rank %d: %.2f ms (×%.2f)%s\n", g.Rank, g.MS, g.Ratio, slowMark(g.Slow))
+			p("  GEMM rank %d: %.2f ms (×%.2f)%s\n", g.Rank, g.MS, g.Ratio, slowMark(g.Slow, g.Separated))
 		}
 		for _, l := range vr.Links {
-			p("  link %d→%d: %.2f ms (×%.2f)%s\n", l.Src, l.Dst, l.MS, l.Ratio, slowMark(l.Slow))
+			p("  link %d→%d: %.2f ms (×%.2f)%s\n", l.Src, l.Dst, l.MS, l.Ratio, slowMark(l.Slow, l.Separated))
 		}
 	}
 	return ew.err
@@ -178,11 +205,16 @@ func verdictWho(v analysis.GreyhoundVerdict) string {
 	return ": " + strings.Join(parts, ", ")
 }
 
-func slowMark(slow bool) string {
-	if slow {
+// slowMark marks a measurement judged slow, or one beyond the healthy
+// ones only within their repetitions' noise.
+func slowMark(slow, separated bool) string {
+	switch {
+	case slow:
 		return "  ← slow"
+	case !separated:
+		return ""
 	}
-	return ""
+	return "  (stands out of the noise, but within the limit)"
 }
 
 func ghOrDash(s string) string {

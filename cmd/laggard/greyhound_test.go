@@ -53,7 +53,11 @@ func ghServer(t *testing.T, wantToken string) *httptest.Server {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
-		_ = json.NewEncoder(w).Encode(ghFixture())
+		rep := ghFixture()
+		if v := r.URL.Query().Get("incarnation"); v != "" {
+			rep.Incarnation, rep.IncarnationNote = 0, "The job restarted 1 time(s); this report's default window covers incarnation "+v+", an earlier launch"
+		}
+		_ = json.NewEncoder(w).Encode(rep)
 	})
 	mux.HandleFunc("POST /api/v1/jobs/{id}/greyhound/validate", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
@@ -116,5 +120,24 @@ func TestGreyhoundCLIJSONTokenAndErrors(t *testing.T) {
 		if code := run(context.Background(), tc.args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
 		}
+	}
+}
+
+// Issue 16 item 1: -incarnation chooses the launch of a restarted job and
+// the text says which launch the report reads; a bad choice is refused
+// before any request.
+func TestGreyhoundCLIIncarnation(t *testing.T) {
+	srv := ghServer(t, "")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"greyhound", "-server", srv.URL, "-incarnation", "0", "run42"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "launch:     The job restarted 1 time(s); this report's default window covers incarnation 0") {
+		t.Errorf("output does not say the launch:\n%s", out.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"greyhound", "-server", srv.URL, "-incarnation", "newest-but-one", "run42"}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "incarnation") {
+		t.Errorf("bad -incarnation: exit %d, %q", code, errb.String())
 	}
 }

@@ -197,11 +197,8 @@ func runSysom(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			q.Set(p.param, strconv.FormatInt(n, 10))
 		}
 	}
-	if *inc != "" {
-		q.Set(analysis.ParamIncarnation, *inc)
-		if _, err := analysis.ParseIncarnation(q); err != nil {
-			return fmt.Errorf("-incarnation: %w", err)
-		}
+	if err := setIncarnation(q, *inc); err != nil {
+		return err
 	}
 	raw, _, err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(id)+"/sysom?"+q.Encode(), "", nil)
 	if err != nil {

@@ -29,7 +29,11 @@ type (
 // Executor runs a plan's benchmarks for one rank while its training
 // process is held in the shim's trap. On GPU hosts it reuses the
 // trainer's CUDA context and NCCL communicators (Greyhound §6); that
-// needs an in-process hook this agent does not have yet.
+// needs an in-process hook this agent does not have yet. ctx ends at the
+// plan's budget (or deadline): an executor stops there with what it has,
+// and honours the plan's pass budget and stop ratio (P2PPlan) as the
+// Python client does, stopping a pass once it has run PassBudgetMS or
+// after the size that proves a link StopRatio times slower.
 type Executor interface {
 	Run(ctx context.Context, job string, rank int, p Plan) Result
 }
@@ -60,6 +64,16 @@ func available(e Executor) bool {
 
 // maxDeadline bounds one trap whatever the plan asks (review N3).
 const maxDeadline = 5 * time.Minute
+
+// planHold is how long a plan may hold training: its deadline, capped by
+// its benchmark budget (issue 16) and by maxDeadline.
+func planHold(p Plan) time.Duration {
+	d := min(time.Duration(p.DeadlineMS)*time.Millisecond, maxDeadline)
+	if p.BudgetMS > 0 {
+		d = min(d, time.Duration(p.BudgetMS)*time.Millisecond)
+	}
+	return d
+}
 
 // fetchPlan asks for rank's pending plan; nil when none (204).
 func (a *Agent) fetchPlan(ctx context.Context, job string, rank int) (*Plan, error) {
@@ -159,21 +173,25 @@ func (a *Agent) pollValidation(ctx context.Context) {
 // posts its result; the trap is cleared by the deadline at the latest
 // (and the shim itself gives up at the same deadline).
 func (a *Agent) runPlan(ctx context.Context, job string, rank int, p Plan) {
-	deadline := min(time.Duration(p.DeadlineMS)*time.Millisecond, maxDeadline)
+	deadline := planHold(p)
 	var res Result
 	n := 0
 	if available(a.cfg.Executor) {
 		// trap, run, release only the generation armed here: a later
 		// plan's trap is never cleared by this one (R9)
+		from := time.Now()
 		armed := a.col.Arm(job, rank, deadline)
 		n = armed.Rings()
 		rctx, cancel := context.WithTimeout(ctx, deadline)
 		res = a.cfg.Executor.Run(rctx, job, rank, p)
 		if res.Error == "" && rctx.Err() != nil {
-			res.Error = "validation deadline passed"
+			res.Error = "validation budget or deadline passed"
 		}
 		cancel()
 		a.col.Release(armed)
+		// The pause the server masks out of its detector (the calls'
+		// clock is the wall clock).
+		res.PausedFromNS, res.PausedToNS = from.UnixNano(), max(time.Now().UnixNano(), from.UnixNano()+1)
 	} else {
 		// nothing would run: never hold training for it (R9)
 		res = Result{Error: ErrNoExecutor.Error()}

@@ -87,9 +87,14 @@ type GreyhoundRequest struct {
 	// NowNS is the caller's clock (the report's generated_ns, plan
 	// expiry); the adapter never reads a clock itself.
 	NowNS int64
+	// Incarnation chooses the launch of a restarted job whose calls are
+	// read (nil: the newest; IncAll: every one): a default window ends
+	// at the chosen launch's newest call, an explicit one is clamped to
+	// the launch's span of time (docs/design/roles-and-runs.md).
+	Incarnation *int
 }
 
-// ParseGreyhoundRequest reads from_ns, to_ns and last_s.
+// ParseGreyhoundRequest reads from_ns, to_ns, last_s and incarnation.
 func ParseGreyhoundRequest(job string, q url.Values, nowNS int64) (GreyhoundRequest, error) {
 	r := GreyhoundRequest{Job: job, NowNS: nowNS}
 	ns := func(name string) (int64, error) {
@@ -123,7 +128,8 @@ func ParseGreyhoundRequest(job string, q url.Values, nowNS int64) (GreyhoundRequ
 		}
 		r.LastNS = int64(f * 1e9)
 	}
-	return r, nil
+	r.Incarnation, err = incarnationChoice(q)
+	return r, err
 }
 
 // GreyhoundState is what the server keeps per job beside the engine's
@@ -140,6 +146,10 @@ type GreyhoundState struct {
 	PlanCreatedNS int64 `json:"plan_created_ns,omitempty"`
 	// ManualNS is a validation asked for through the API, not yet acted on.
 	ManualNS int64 `json:"manual_ns,omitempty"`
+	// Incarnation is the job launch this state follows: when a newer one
+	// appears the state starts over (no change point across a restart,
+	// no validation planned for processes that are gone).
+	Incarnation int `json:"incarnation,omitempty"`
 	// Published is the newest plan published. Ranks that fetched it run
 	// it at at_step whatever the controller does meanwhile, so it is
 	// served, and its results accepted, until its deadline even when a
@@ -202,14 +212,36 @@ func (g *Greyhound) CollectiveStats(job string) (store.CollectiveStats, error) {
 	return g.src.CollectiveStats(job)
 }
 
-// LastStep is the newest training step the server knows of the job: from
-// its stage vectors, -1 when it has none.
-func (g *Greyhound) LastStep(job string) int64 {
-	st, err := g.src.Stats(job)
-	if err != nil || st.Vectors == 0 {
+// lastStep is the newest training step of the job's stage vectors in
+// the view steps (one incarnation's training steps), -1 when none.
+func lastStep(steps stepSource, job string) int64 {
+	st, err := steps.Stats(job)
+	if err != nil || st.Vectors == 0 || st.LastStep < 0 {
 		return -1
 	}
 	return st.LastStep
+}
+
+// stepSource is what the adapter reads of the stage vectors.
+type stepSource interface {
+	Stats(job string) (store.JobStats, error)
+	Scan(job string, from, to int64, fn func(v *stagevec.Vector) error) error
+}
+
+// steps is the job's stage vectors as incarnation inc shows them:
+// training steps, never the stored ordinals (stagevec.Ordinal), through
+// the reports' view (View). nil for IncAll: steps repeat across launches,
+// so neither at_step nor §7.2's truth is defined over them.
+func (g *Greyhound) steps(j *signal.Job, inc int) (stepSource, error) {
+	if inc == IncAll {
+		return nil, nil
+	}
+	src, ok := g.src.(Source)
+	if !ok {
+		return g.src, nil // a source without ordinals: one incarnation
+	}
+	v, _, err := View(src, j, inc)
+	return v, err
 }
 
 // State loads the job's controller state (a fresh one when none is
@@ -243,6 +275,7 @@ func (g *Greyhound) Save(job string, s *GreyhoundState, plan *greyhound.Plan) er
 			return fmt.Errorf("plan id: %w", err)
 		}
 		wp := wirePlan(plan, s.PlanCreatedNS)
+		wp.Incarnation = s.Incarnation
 		pb, err := json.Marshal(wp)
 		if err != nil {
 			return err
@@ -253,9 +286,9 @@ func (g *Greyhound) Save(job string, s *GreyhoundState, plan *greyhound.Plan) er
 }
 
 func wirePlan(p *greyhound.Plan, createdNS int64) *ValidationPlan {
-	w := &ValidationPlan{ID: p.ID, AtStep: p.AtStep, DeadlineMS: p.DeadlineMS, CreatedNS: createdNS,
+	w := &ValidationPlan{ID: p.ID, AtStep: p.AtStep, DeadlineMS: p.DeadlineMS, CreatedNS: createdNS, BudgetMS: p.BudgetMS,
 		GEMM: &GEMMTest{Ranks: p.GEMM.Ranks, N: p.GEMM.N, Dtype: p.GEMM.Dtype, Reps: p.GEMM.Reps},
-		P2P:  &P2PTest{SizesBytes: p.P2P.SizesBytes, Reps: p.P2P.Reps}}
+		P2P:  &P2PTest{SizesBytes: p.P2P.SizesBytes, Reps: p.P2P.Reps, PassBudgetMS: p.P2P.PassBudgetMS, StopRatio: p.P2P.StopRatio}}
 	for _, pass := range p.P2P.Passes {
 		ls := make([]Link, len(pass))
 		for i, l := range pass {
@@ -267,12 +300,12 @@ func wirePlan(p *greyhound.Plan, createdNS int64) *ValidationPlan {
 }
 
 func enginePlan(w *ValidationPlan) greyhound.Plan {
-	p := greyhound.Plan{ID: w.ID, AtStep: w.AtStep, DeadlineMS: w.DeadlineMS}
+	p := greyhound.Plan{ID: w.ID, AtStep: w.AtStep, DeadlineMS: w.DeadlineMS, BudgetMS: w.BudgetMS}
 	if w.GEMM != nil {
 		p.GEMM = greyhound.GEMMTest{Ranks: w.GEMM.Ranks, N: w.GEMM.N, Dtype: w.GEMM.Dtype, Reps: w.GEMM.Reps}
 	}
 	if w.P2P != nil {
-		p.P2P = greyhound.P2PTest{SizesBytes: w.P2P.SizesBytes, Reps: w.P2P.Reps}
+		p.P2P = greyhound.P2PTest{SizesBytes: w.P2P.SizesBytes, Reps: w.P2P.Reps, PassBudgetMS: w.P2P.PassBudgetMS, StopRatio: w.P2P.StopRatio}
 		for _, pass := range w.P2P.Passes {
 			ls := make([]greyhound.Link, len(pass))
 			for i, l := range pass {
@@ -285,7 +318,7 @@ func enginePlan(w *ValidationPlan) greyhound.Plan {
 }
 
 func engineResult(r *ValidationResult) greyhound.RankResult {
-	out := greyhound.RankResult{Rank: r.Rank, Missed: r.Missed, GEMMMS: r.GEMMMS, Error: r.Error}
+	out := greyhound.RankResult{Rank: r.Rank, Missed: r.Missed, GEMMMS: r.GEMMMS, Error: r.Error, PausedFromNS: r.PausedFromNS, PausedToNS: r.PausedToNS}
 	for _, p := range r.P2P {
 		out.P2P = append(out.P2P, greyhound.P2PResult{Pass: p.Pass, Src: p.Src, Dst: p.Dst, Bytes: p.Bytes, MS: p.MS})
 	}
@@ -316,8 +349,9 @@ func storedRun(rec store.ValidationRecord) (*ValidationPlan, []greyhound.RankRes
 	return &w, res, nil
 }
 
-// Validations returns the job's validation runs, expired as of nowNS.
-func (g *Greyhound) Validations(job string, nowNS int64) ([]greyhound.ValidationRun, error) {
+// Validations returns the job's validation runs of incarnation inc
+// (IncAll: every one), expired as of nowNS.
+func (g *Greyhound) Validations(job string, inc int, nowNS int64) ([]greyhound.ValidationRun, error) {
 	recs, err := g.src.ValidationRecords(job, 0)
 	if err != nil {
 		return nil, err
@@ -327,6 +361,9 @@ func (g *Greyhound) Validations(job string, nowNS int64) ([]greyhound.Validation
 		w, res, err := storedRun(rec)
 		if err != nil {
 			return nil, err
+		}
+		if inc != IncAll && w.Incarnation != inc {
+			continue
 		}
 		out = append(out, greyhound.ValidationRun{Plan: enginePlan(w), Results: res, CreatedNS: w.CreatedNS,
 			Expired: nowNS-w.CreatedNS >= w.DeadlineMS*1e6})
@@ -378,9 +415,14 @@ func (g *Greyhound) storedPlan(job string, seq uint32) (*ValidationPlan, error) 
 
 // OpenPlan returns the plan rank should run: the newest published plan
 // until its deadline (whatever the controller's phase since), unless rank
-// already answered it; nil when none. Point reads only: ranks poll it
-// every ~2 s.
-func (g *Greyhound) OpenPlan(job string, rank int, nowNS int64) (*ValidationPlan, error) {
+// already answered it or the plan was made for another incarnation than
+// the poller's (inc ≥ 0; -1: the job's newest); nil when none. Point
+// reads only: ranks poll it every ~2 s.
+func (g *Greyhound) OpenPlan(job string, rank, inc int, nowNS int64) (*ValidationPlan, error) {
+	j, err := g.src.Job(job)
+	if err != nil {
+		return nil, err
+	}
 	s, err := g.State(job)
 	if err != nil {
 		return nil, err
@@ -400,7 +442,19 @@ func (g *Greyhound) OpenPlan(job string, rank int, nowNS int64) (*ValidationPlan
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // state saved, plan not: cannot happen (one batch)
 	}
-	return w, err
+	if err != nil || w.Incarnation != pollerIncarnation(j, inc) {
+		return nil, err // a plan belongs to the launch it was made for
+	}
+	return w, nil
+}
+
+// pollerIncarnation is the incarnation a validation poll or result comes
+// from: the one it names, else the job's newest.
+func pollerIncarnation(j *signal.Job, inc int) int {
+	if inc >= 0 {
+		return inc
+	}
+	return j.Current()
 }
 
 // ErrPlanClosed: a result for a plan that is no longer open (answered
@@ -413,8 +467,11 @@ var ErrPlanClosed = errors.New("the validation plan is closed")
 // body must agree. A rank's repeated post of the same result is a
 // duplicate (dup true) and changes nothing; another result for a rank
 // that answered is a *signal.ConflictError naming rank. A plan stays open
-// until its deadline even after the controller moved on (Published).
-func (g *Greyhound) PostResult(job, id string, nowNS int64, wantRank int, body io.Reader) (res *ValidationResult, dup bool, err error) {
+// until its deadline even after the controller moved on (Published). A
+// result from another incarnation than the plan's (inc ≥ 0 as the poster
+// names it, -1: the job's newest) is a *signal.ConflictError naming
+// incarnation: a plan belongs to the launch it was made for.
+func (g *Greyhound) PostResult(job, id string, nowNS int64, wantRank, inc int, body io.Reader) (res *ValidationResult, dup bool, err error) {
 	seq, err := ParseValidationID(id)
 	if err != nil {
 		return nil, false, err
@@ -430,7 +487,10 @@ func (g *Greyhound) PostResult(job, id string, nowNS int64, wantRank int, body i
 		}
 		return nil, false, err
 	}
-	res, err = DecodeValidationResult(body, w, j.WorldSize)
+	if from := pollerIncarnation(j, inc); w.Incarnation != from {
+		return nil, false, &signal.ConflictError{Field: ParamIncarnation, Msg: fmt.Sprintf("validation plan %s of job %q was made for incarnation %d, not %d", id, signal.Clip(job), w.Incarnation, from)}
+	}
+	res, err = DecodeValidationResult(body, w, j.At(w.Incarnation).WorldSize)
 	if err != nil {
 		return nil, false, err
 	}
@@ -462,8 +522,10 @@ func (g *Greyhound) PostResult(job, id string, nowNS int64, wantRank int, body i
 	return res, dup, nil
 }
 
-// window resolves the request's [from, to] over what is stored.
-func (g *Greyhound) window(req GreyhoundRequest, cs store.CollectiveStats) (from, to int64, explicit bool) {
+// window resolves the request's [from, to] over what is stored within
+// the incarnation's span of time [lo, hi).
+func (g *Greyhound) window(req GreyhoundRequest, cs store.CollectiveStats, lo, hi int64) (from, to int64, explicit bool) {
+	cs.FirstNS, cs.LastNS = max(cs.FirstNS, lo), min(cs.LastNS, hi-1)
 	switch {
 	case req.FromNS != 0 || req.ToNS != 0:
 		from, to = req.FromNS, req.ToNS
@@ -494,6 +556,10 @@ type GreyhoundInput struct {
 	LastStep, LastStepNS int64
 	// LastCallNS is the newest call's enter time.
 	LastCallNS int64
+	// Incarnation is the launch read (IncAll: every one) and
+	// IncarnationNote says so in words when the job restarted.
+	Incarnation     int
+	IncarnationNote string
 }
 
 // Load reads the request's window into an engine input (without the
@@ -510,11 +576,23 @@ func (g *Greyhound) Load(ctx context.Context, req GreyhoundRequest) (*GreyhoundI
 	if cs.Calls == 0 {
 		return nil, fmt.Errorf("job %q: %w", j.ID, ErrNoCalls)
 	}
-	from, to, _ := g.window(req, cs)
-	if to < from {
-		return nil, fmt.Errorf("job %q stores calls from %d to %d ns: %w", j.ID, cs.FirstNS, cs.LastNS, ErrNoCalls)
+	inc, lo, hi, err := incarnationSpan(j, req.Incarnation)
+	if err != nil {
+		return nil, err
 	}
-	gi := &GreyhoundInput{LastStep: g.LastStep(j.ID), LastStepNS: 0}
+	steps, err := g.steps(j, inc)
+	if err != nil {
+		return nil, err
+	}
+	from, to, _ := g.window(req, cs, lo, hi)
+	if to < from {
+		return nil, fmt.Errorf("job %q stores calls from %d to %d ns (incarnation %s: from %d to %d): %w", j.ID, cs.FirstNS, cs.LastNS, IncarnationText(inc), lo, hi, ErrNoCalls)
+	}
+	gi := &GreyhoundInput{LastStep: -1, Incarnation: inc}
+	_, gi.IncarnationNote = incarnationOf(j, &inc)
+	if steps != nil {
+		gi.LastStep = lastStep(steps, j.ID)
+	}
 	in := &gi.In
 	*in = greyhound.Input{Job: j.ID, NowNS: req.NowNS, World: j.WorldSize, Dropped: cs.Dropped}
 	errFull := errors.New("full")
@@ -561,8 +639,10 @@ func (g *Greyhound) Load(ctx context.Context, req GreyhoundRequest) (*GreyhoundI
 	if gi.LastStepNS == 0 {
 		gi.LastStepNS = gi.LastCallNS
 	}
-	in.Steps = g.truth(j.ID, stepStart)
-	if in.Validations, err = g.Validations(j.ID, req.NowNS); err != nil {
+	if steps != nil {
+		in.Steps = g.truth(steps, j.ID, stepStart)
+	}
+	if in.Validations, err = g.Validations(j.ID, inc, req.NowNS); err != nil {
 		return nil, err
 	}
 	return gi, nil
@@ -571,7 +651,7 @@ func (g *Greyhound) Load(ctx context.Context, req GreyhoundRequest) (*GreyhoundI
 // truth builds §7.2's reference step times: the client's own step wall
 // time (median over ranks) ending where the next step's first call
 // entered. Empty without stage vectors.
-func (g *Greyhound) truth(job string, stepStart map[int64]int64) []greyhound.StepTruth {
+func (g *Greyhound) truth(vecs stepSource, job string, stepStart map[int64]int64) []greyhound.StepTruth {
 	if len(stepStart) < 2 {
 		return nil
 	}
@@ -585,7 +665,7 @@ func (g *Greyhound) truth(job string, stepStart map[int64]int64) []greyhound.Ste
 	lo, hi := steps[0], steps[len(steps)-1]
 	lo = max(lo, hi-g.lim.MaxTruthSteps)
 	wall := map[int64][]float64{}
-	_ = g.src.Scan(job, lo, hi, func(v *stagevec.Vector) error {
+	_ = vecs.Scan(job, lo, hi, func(v *stagevec.Vector) error {
 		if v.WallMS > 0 && !math.IsInf(v.WallMS, 0) {
 			wall[v.Step] = append(wall[v.Step], v.WallMS)
 		}
@@ -615,10 +695,20 @@ func (g *Greyhound) Report(ctx context.Context, req GreyhoundRequest) (*greyhoun
 	if err != nil {
 		return nil, err
 	}
-	if s.Controller.Phase != "" {
+	if s.Controller.Phase != "" && s.Incarnation == gi.Incarnation {
 		gi.In.State = &s.Controller
 	}
-	return greyhound.Analyze(gi.In, g.cfg)
+	rep, err := greyhound.Analyze(gi.In, g.cfg)
+	if err != nil {
+		return nil, err
+	}
+	gi.label(rep)
+	return rep, nil
+}
+
+// label says on rep which launch it reads.
+func (gi *GreyhoundInput) label(rep *greyhound.Report) {
+	rep.Incarnation, rep.IncarnationNote = gi.Incarnation, gi.IncarnationNote
 }
 
 // LatestChange returns the newest decisive change point of rep ending

@@ -150,6 +150,12 @@ func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *Gr
 		return nil, err
 	}
 	cfg := g.cfg
+	if st.Incarnation != gi.Incarnation {
+		// The job restarted: the episode, its change points and any plan
+		// were the previous launch's, whose processes are gone. Start
+		// over on the new launch's calls (the window holds only them).
+		st = &GreyhoundState{Incarnation: gi.Incarnation, ManualNS: st.ManualNS}
+	}
 	cs := st.Controller
 	if cs.Phase == "" {
 		cs = greyhound.NewController(nowNS)
@@ -174,6 +180,7 @@ func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *Gr
 	// With the validation results, lateness lets the verdict name a rank
 	// that enters collectives late while its GEMM and links are healthy.
 	obs.Lateness = &rep.Lateness
+	obs.IterMS = recentIterNS(rep) / 1e6
 	if cp := LatestChange(rep, st.SeenNS, cfg); cp != nil {
 		next.SeenNS = cp.EndNS
 		if cp.Kind == greyhound.KindOnset {
@@ -243,6 +250,7 @@ func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *Gr
 			return nil, err
 		}
 	}
+	gi.label(res.Report)
 	res.Changed = len(res.Transitions) > 0 || plan != nil || next.SeenNS != st.SeenNS || next.ManualNS != st.ManualNS || st.Controller.Phase == ""
 	return res, nil
 }
@@ -316,21 +324,29 @@ const (
 
 // PlanDeadlineMS sizes a plan's deadline from its publication:
 //
-//	deadline = clamp(lead + agree + 1.25·(gemm + p2p), base, 600 s)
+//	deadline = clamp(lead + agree + 1.25·bench, base, 600 s)
+//	bench    = min(gemm + p2p, budget + passes · largest / 100 Mbit/s)
 //	lead     = time until the ranks end at_step (leadNS, ≥ 0)
 //	gemm     = reps · 2n³ / 10 GFLOP/s
 //	p2p      = passes · reps · Σ sizes / 100 Mbit/s
 //
-// where base is the configured deadline (30 s). Results that arrive
-// within it are judged; the deadline counts from the plan's creation, so
-// it has to cover the lead to at_step too.
+// where base is the configured deadline (30 s). With a budget the ranks
+// stop benchmarking once it is spent, but a transfer in flight completes
+// (gloo cannot cancel one): at most one of the largest per pass. Results
+// that arrive within it are judged; the deadline counts from the plan's
+// creation, so it has to cover the lead to at_step too.
 func PlanDeadlineMS(p *greyhound.Plan, leadNS, baseMS int64) int64 {
-	var sizes float64
+	var sizes, largest float64
 	for _, b := range p.P2P.SizesBytes {
 		sizes += float64(b)
+		largest = max(largest, float64(b))
 	}
 	n := float64(p.GEMM.N)
-	benchS := float64(p.GEMM.Reps)*2*n*n*n/deadlineGEMMFlops + float64(len(p.P2P.Passes)*p.P2P.Reps)*sizes/deadlineLinkBps
+	passes := float64(len(p.P2P.Passes))
+	benchS := float64(p.GEMM.Reps)*2*n*n*n/deadlineGEMMFlops + passes*float64(p.P2P.Reps)*sizes/deadlineLinkBps
+	if p.BudgetMS > 0 {
+		benchS = min(benchS, float64(p.BudgetMS)/1e3+passes*largest/deadlineLinkBps)
+	}
 	ms := float64(max(leadNS, 0))/1e6 + deadlineAgreeMS + deadlineSlack*benchS*1e3
 	return min(max(int64(math.Ceil(ms)), baseMS), MaxPlanDeadlineMS)
 }

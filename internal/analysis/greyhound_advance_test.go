@@ -141,7 +141,7 @@ func advance(t *testing.T, g *Greyhound, nowNS int64) *AdvanceResult {
 func answer(t *testing.T, g *Greyhound, nowNS int64) {
 	t.Helper()
 	for r := range 4 {
-		p, err := g.OpenPlan("run42", r, nowNS)
+		p, err := g.OpenPlan("run42", r, -1, nowNS)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +164,7 @@ func answer(t *testing.T, g *Greyhound, nowNS int64) {
 			}
 		}
 		b, _ := json.Marshal(res)
-		if _, _, err := g.PostResult("run42", p.ID, nowNS, r, strings.NewReader(string(b))); err != nil {
+		if _, _, err := g.PostResult("run42", p.ID, nowNS, r, -1, strings.NewReader(string(b))); err != nil {
 			t.Fatalf("rank %d posting to %s: %v", r, p.ID, err)
 		}
 	}
@@ -433,7 +433,7 @@ func TestPublishedPlanOutlivesRelief(t *testing.T) {
 		t.Fatal(err)
 	}
 	post := func(rank int, at int64, body string) (bool, error) {
-		_, dup, err := g.PostResult("run42", "v-1", at, rank, strings.NewReader(body))
+		_, dup, err := g.PostResult("run42", "v-1", at, rank, -1, strings.NewReader(body))
 		return dup, err
 	}
 	if _, err := post(1, now+1e9, `{"rank":1,"gemm_ms":[2]}`); err != nil {
@@ -444,10 +444,10 @@ func TestPublishedPlanOutlivesRelief(t *testing.T) {
 	if err := g.Save("run42", s, nil); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := g.OpenPlan("run42", 2, now+5e9); err != nil || p == nil || p.ID != "v-1" {
+	if p, err := g.OpenPlan("run42", 2, -1, now+5e9); err != nil || p == nil || p.ID != "v-1" {
 		t.Fatalf("rank 2 polling after the relief: %+v, %v; want v-1", p, err)
 	}
-	if p, _ := g.OpenPlan("run42", 1, now+5e9); p != nil {
+	if p, _ := g.OpenPlan("run42", 1, -1, now+5e9); p != nil {
 		t.Fatalf("rank 1 answered, still served %s", p.ID)
 	}
 	if _, err := post(2, now+6e9, `{"rank":2,"gemm_ms":[2]}`); err != nil {
@@ -459,7 +459,7 @@ func TestPublishedPlanOutlivesRelief(t *testing.T) {
 		t.Fatalf("rank mismatch: %v", err)
 	}
 	late := now + 40e9
-	if p, _ := g.OpenPlan("run42", 3, late); p != nil {
+	if p, _ := g.OpenPlan("run42", 3, -1, late); p != nil {
 		t.Fatalf("served after the deadline: %+v", p)
 	}
 	if _, err := post(3, late, `{"rank":3}`); !errors.Is(err, ErrPlanClosed) {

@@ -40,6 +40,7 @@ const (
 	maxResultP2P   = 4096
 	maxResultMS    = 3.6e6 // one hour for one repetition
 	maxResultError = 1024
+	maxPauseNS     = int64(3600e9) // an hour: far beyond any plan's deadline
 	// MaxResultBytes bounds a result body.
 	MaxResultBytes = 1 << 20
 )
@@ -141,6 +142,20 @@ func validateResult(r *ValidationResult, plan *ValidationPlan, world int) error 
 	}
 	if r.Missed && (len(r.GEMMMS) > 0 || len(r.P2P) > 0) {
 		return signal.FieldErrorf("missed", "a missed plan carries no measurements")
+	}
+	// The pause: both or neither, in order, within the calls' time range
+	// and at most the longest a plan may hold a rank.
+	switch {
+	case r.PausedFromNS < 0 || r.PausedFromNS > collective.MaxNS:
+		return signal.FieldErrorf("paused_from_ns", "must be a Unix-epoch nanosecond time in [0, %d], got %d", collective.MaxNS, r.PausedFromNS)
+	case r.PausedToNS < 0 || r.PausedToNS > collective.MaxNS:
+		return signal.FieldErrorf("paused_to_ns", "must be a Unix-epoch nanosecond time in [0, %d], got %d", collective.MaxNS, r.PausedToNS)
+	case (r.PausedFromNS == 0) != (r.PausedToNS == 0):
+		return signal.FieldErrorf("paused_to_ns", "paused_from_ns and paused_to_ns come together")
+	case r.PausedToNS < r.PausedFromNS:
+		return signal.FieldErrorf("paused_to_ns", "is before paused_from_ns")
+	case r.PausedToNS-r.PausedFromNS > maxPauseNS:
+		return signal.FieldErrorf("paused_to_ns", "a pause of %d s is longer than %d s", (r.PausedToNS-r.PausedFromNS)/1e9, maxPauseNS/1e9)
 	}
 	if err := checkMS("gemm_ms", r.GEMMMS); err != nil {
 		return err

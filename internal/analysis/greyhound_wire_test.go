@@ -49,6 +49,12 @@ func TestDecodeValidationResult(t *testing.T) {
 		{"bad rep", `{"rank":0,"p2p":[{"pass":0,"src":0,"dst":1,"bytes":16777216,"ms":[1,-2]}]}`, "p2p[0].ms[1]"},
 		{"too many reps", `{"rank":0,"gemm_ms":[` + strings.Repeat("1,", 64) + `1]}`, "gemm_ms"},
 		{"long error", `{"rank":0,"error":"` + strings.Repeat("x", 1025) + `"}`, "error"},
+		// issue 16: the rank's pause, so the server masks it out of detection
+		{"pause", `{"rank":1,"gemm_ms":[3],"paused_from_ns":1750000000000000000,"paused_to_ns":1750000012000000000}`, ""},
+		{"pause end only", `{"rank":1,"gemm_ms":[3],"paused_to_ns":1750000012000000000}`, "paused_to_ns"},
+		{"pause backwards", `{"rank":1,"gemm_ms":[3],"paused_from_ns":1750000012000000000,"paused_to_ns":1750000000000000000}`, "paused_to_ns"},
+		{"pause of a day", `{"rank":1,"gemm_ms":[3],"paused_from_ns":1750000000000000000,"paused_to_ns":1750086400000000000}`, "paused_to_ns"},
+		{"pause negative", `{"rank":1,"gemm_ms":[3],"paused_from_ns":-5,"paused_to_ns":1}`, "paused_from_ns"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := DecodeValidationResult(strings.NewReader(tc.body), testPlan(), 4)

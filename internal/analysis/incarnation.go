@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -59,6 +60,37 @@ func ParseIncarnation(q url.Values) (int, error) {
 		return 0, signal.FieldErrorf(ParamIncarnation, "must be an incarnation number in [0, %d], \"all\" or absent (the newest), got %q", signal.MaxIncarnation, signal.Clip(v))
 	}
 	return n, nil
+}
+
+// incarnationChoice reads ParamIncarnation for the time-keyed reports:
+// nil for the newest (absent, "newest", "current"), else the choice.
+func incarnationChoice(q url.Values) (*int, error) {
+	if !q.Has(ParamIncarnation) {
+		return nil, nil
+	}
+	inc, err := ParseIncarnation(q)
+	if err != nil || inc == IncNewest {
+		return nil, err
+	}
+	return &inc, nil
+}
+
+// incarnationSpan resolves a time-keyed report's incarnation choice (nil:
+// the newest) to its number and its span of time [lo, hi) (IncAll: every
+// time); one the job never had is a FieldError naming ParamIncarnation.
+func incarnationSpan(j *signal.Job, choice *int) (inc int, lo, hi int64, err error) {
+	inc, lo, hi = j.Current(), 0, math.MaxInt64
+	if choice != nil {
+		inc = *choice
+	}
+	if inc == IncAll {
+		return inc, lo, hi, nil
+	}
+	if inc > j.Current() {
+		return 0, 0, 0, signal.FieldErrorf(ParamIncarnation, "job %q has no incarnation %d (its newest is %d)", signal.Clip(j.ID), inc, j.Current())
+	}
+	lo, hi = TimeWindow(j, inc, lo, hi)
+	return inc, lo, hi, nil
 }
 
 // IncarnationText renders a choice as its parameter value ("" = newest).

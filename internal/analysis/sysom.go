@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/laggard-dev/laggard/internal/engine/greyhound"
@@ -324,15 +323,9 @@ func sysomGroups(comms []collective.Comm) []sysom.Group {
 // mixed, nor compared with each other by default.
 func (s *Sysom) resolve(j *signal.Job, rw WindowRequest) (SysomWindow, error) {
 	job := j.ID
-	lo, hi := int64(0), int64(math.MaxInt64)
-	if inc := IncNewest; rw.Incarnation == nil || *rw.Incarnation != IncAll {
-		if rw.Incarnation != nil {
-			inc = *rw.Incarnation
-		}
-		if inc > j.Current() {
-			return SysomWindow{}, signal.FieldErrorf(ParamIncarnation, "job %q has no incarnation %d (its newest is %d)", signal.Clip(job), inc, j.Current())
-		}
-		lo, hi = TimeWindow(j, inc, lo, hi)
+	_, lo, hi, err := incarnationSpan(j, rw.Incarnation)
+	if err != nil {
+		return SysomWindow{}, err
 	}
 	w := SysomWindow{FromNS: rw.FromNS, ToNS: rw.ToNS, Basis: BasisRequested}
 	if rw.FromNS == 0 || rw.ToNS == 0 {

@@ -134,15 +134,11 @@ func ParseWindow(q url.Values, nowNS int64) (WindowRequest, error) {
 	if w.BaseToNS != 0 && w.BaseToNS <= w.BaseFromNS {
 		return w, signal.FieldErrorf(ParamBaseToNS, "%d is not after base_from_ns=%d", w.BaseToNS, w.BaseFromNS)
 	}
-	if q.Has(ParamIncarnation) {
-		inc, err := ParseIncarnation(q)
-		if err != nil {
-			return w, err
-		}
-		if inc != IncNewest {
-			w.Incarnation = &inc
-		}
+	inc, err := incarnationChoice(q)
+	if err != nil {
+		return w, err
 	}
+	w.Incarnation = inc
 	return w, nil
 }
 

@@ -48,18 +48,16 @@ func (a *API) ingestCollectives(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var implicit *signal.Job
-	world := 0
 	job, err := a.d.Catalog.Get(id)
 	switch {
 	case err == nil:
-		world = job.WorldSize
 	case errors.Is(err, store.ErrNotFound):
 		if implicit, err = implicitJob(id, r.URL.Query().Get("world"), err); err != nil {
 			status := statusOf(err)
 			a.reject(w, r, status, reasonFor(status, reasonUnknownJob), err)
 			return
 		}
-		world = implicit.WorldSize
+		job = implicit
 	default:
 		a.reject(w, r, statusOf(err), reasonStoreError, err)
 		return
@@ -74,7 +72,7 @@ func (a *API) ingestCollectives(w http.ResponseWriter, r *http.Request) {
 	}
 	var b *collective.Batch
 	n, ok := a.readGated(w, r, id, func(body []byte) (err error) {
-		if b, err = decode(body, world); err != nil {
+		if b, err = decode(body, worldAt(job)); err != nil {
 			return err
 		}
 		return b.CheckClock(time.Now().UnixNano()) // one time rule for every signal
@@ -82,6 +80,14 @@ func (a *API) ingestCollectives(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// Each incarnation's calls are stored apart: a restarted job's
+	// process groups keep their names and number their calls from 0
+	// again (docs/design/roles-and-runs.md, "Collectives").
+	inc := job.Current()
+	if b.Incarnation != nil {
+		inc = *b.Incarnation
+	}
+	b.Namespace(inc)
 	if implicit != nil {
 		// Registered only once the batch is valid, so a bad post leaves
 		// no job behind. A registration that raced this one must agree
@@ -91,7 +97,7 @@ func (a *API) ingestCollectives(w http.ResponseWriter, r *http.Request) {
 			a.reject(w, r, status, reasonFor(status, reasonStoreError), err)
 			return
 		}
-		a.d.Log.Info("job registered by collective ingest", "job", id, "world_size", world)
+		a.d.Log.Info("job registered by collective ingest", "job", id, "world_size", implicit.WorldSize)
 	}
 	if len(b.Calls) == 0 && len(b.Comms) == 0 && b.Dropped == 0 {
 		writeJSON(w, http.StatusOK, CollectivesAnswer{})
@@ -135,18 +141,32 @@ func implicitJob(id, world string, notFound error) (*signal.Job, error) {
 	return j, nil
 }
 
+// worldAt resolves the incarnation a collective batch names to the world
+// size its records are validated against (jobAt's rules: one the job
+// never had is a 400, one older than the server describes a 409).
+func worldAt(job *signal.Job) laggardv1.WorldAt {
+	at := jobAt(job)
+	return func(inc int) (int, error) {
+		j, err := at(inc)
+		if err != nil {
+			return 0, err
+		}
+		return j.WorldSize, nil
+	}
+}
+
 // collectiveDecoder picks the decoder for the request's Content-Type with
 // the rules of bodyDecoder (JSON or protobuf only, D4).
-func collectiveDecoder(r *http.Request) (func([]byte, int) (*collective.Batch, error), string, error) {
+func collectiveDecoder(r *http.Request) (func([]byte, laggardv1.WorldAt) (*collective.Batch, error), string, error) {
 	mt, err := mediaType(r)
 	if err != nil {
 		return nil, "", err
 	}
 	switch mt {
 	case "application/json":
-		return laggardv1.UnmarshalJSONCollectives, encodingJSON, nil
+		return laggardv1.UnmarshalJSONCollectivesAt, encodingJSON, nil
 	case "application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf":
-		return laggardv1.UnmarshalProtoCollectives, encodingProto, nil
+		return laggardv1.UnmarshalProtoCollectivesAt, encodingProto, nil
 	}
 	return nil, "", fmt.Errorf("unsupported Content-Type %q: send application/json or application/x-protobuf", signal.Clip(mt))
 }

@@ -19,11 +19,14 @@ import (
 // (docs/format/greyhound.md); *detect.Controller implements it.
 type Greyhound interface {
 	Report(ctx context.Context, req analysis.GreyhoundRequest) (*analysis.GreyhoundReport, error)
-	// OpenPlan is the plan rank should run, nil when none.
-	OpenPlan(job string, rank int) (*analysis.ValidationPlan, error)
+	// OpenPlan is the plan rank of incarnation inc (?incarnation=; -1:
+	// the newest) should run, nil when none: a plan belongs to the
+	// launch it was made for.
+	OpenPlan(job string, rank, inc int) (*analysis.ValidationPlan, error)
 	// PostResult stores one rank's result; rank ≥ 0 is the rank the
-	// request names (?rank=), which the body must agree with, -1 none.
-	PostResult(job, vid string, rank int, body io.Reader) (*analysis.ValidationResult, bool, error)
+	// request names (?rank=), which the body must agree with, -1 none;
+	// inc the incarnation it names (-1: the newest).
+	PostResult(job, vid string, rank, inc int, body io.Reader) (*analysis.ValidationResult, bool, error)
 	// RequestValidation returns the job's phase and whether a request
 	// was recorded (false while validating or with one waiting).
 	RequestValidation(job string) (analysis.GreyhoundPhase, bool, error)
@@ -77,8 +80,9 @@ func (a *API) greyhoundReport(w http.ResponseWriter, r *http.Request) {
 	_, _ = buf.WriteTo(w)
 }
 
-// validationPlan answers a rank's poll: 204 with no plan for it, else the
-// plan (§3; clients poll every ~2 s while the job runs).
+// validationPlan answers a rank's poll (?rank=R[&incarnation=N]): 204 with
+// no plan for it, else the plan (§3; clients poll every ~2 s while the job
+// runs).
 func (a *API) validationPlan(w http.ResponseWriter, r *http.Request) {
 	job, ok := a.greyhound(w, r)
 	if !ok {
@@ -90,7 +94,12 @@ func (a *API) validationPlan(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusBadRequest, signal.FieldErrorf("rank", "must be a rank in [0, %d), got %q", max(job.WorldSize, 1), signal.Clip(v)))
 		return
 	}
-	p, err := a.d.Greyhound.OpenPlan(job.ID, rank)
+	inc, err := incarnationParam(r, job)
+	if err != nil {
+		a.fail(w, r, statusOf(err), err)
+		return
+	}
+	p, err := a.d.Greyhound.OpenPlan(job.ID, rank, inc)
 	if err != nil {
 		a.fail(w, r, statusOf(err), err)
 		return
@@ -122,8 +131,13 @@ func (a *API) validationResult(w http.ResponseWriter, r *http.Request) {
 		}
 		rank = n
 	}
+	inc, err := incarnationParam(r, job)
+	if err != nil {
+		a.fail(w, r, statusOf(err), err)
+		return
+	}
 	body := http.MaxBytesReader(w, r.Body, analysis.MaxResultBytes+1)
-	res, dup, err := a.d.Greyhound.PostResult(job.ID, r.PathValue("vid"), rank, body)
+	res, dup, err := a.d.Greyhound.PostResult(job.ID, r.PathValue("vid"), rank, inc, body)
 	if err != nil {
 		status := statusOf(err)
 		if errors.Is(err, analysis.ErrPlanClosed) {

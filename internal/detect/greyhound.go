@@ -379,7 +379,7 @@ func (c *Controller) Forget(job string) {
 // Other windows, or no fresh round, are computed on demand, at most
 // MaxReports at once: each loads up to 2M calls.
 func (c *Controller) Report(ctx context.Context, req analysis.GreyhoundRequest) (*analysis.GreyhoundReport, error) {
-	if req.FromNS == 0 && req.ToNS == 0 && req.LastNS == 0 && c.cfg.Interval > 0 {
+	if req.FromNS == 0 && req.ToNS == 0 && req.LastNS == 0 && req.Incarnation == nil && c.cfg.Interval > 0 {
 		c.mu.Lock()
 		cr, ok := c.reports[req.Job]
 		c.mu.Unlock()
@@ -396,16 +396,17 @@ func (c *Controller) Report(ctx context.Context, req analysis.GreyhoundRequest) 
 	return c.gh.Report(ctx, req)
 }
 
-// OpenPlan is the plan rank should run, nil when none (API).
-func (c *Controller) OpenPlan(job string, rank int) (*analysis.ValidationPlan, error) {
-	return c.gh.OpenPlan(job, rank, c.now().UnixNano())
+// OpenPlan is the plan rank of incarnation inc (-1: the newest) should
+// run, nil when none (API).
+func (c *Controller) OpenPlan(job string, rank, inc int) (*analysis.ValidationPlan, error) {
+	return c.gh.OpenPlan(job, rank, inc, c.now().UnixNano())
 }
 
 // PostResult stores one rank's result (rank ≥ 0: the rank the poster
-// says it is) and evaluates the job at once (a complete set of results
+// says it is; inc ≥ 0: the incarnation it names) and evaluates the job at once (a complete set of results
 // is a verdict without waiting for the round).
-func (c *Controller) PostResult(job, vid string, rank int, body io.Reader) (*analysis.ValidationResult, bool, error) {
-	res, dup, err := c.gh.PostResult(job, vid, c.now().UnixNano(), rank, body)
+func (c *Controller) PostResult(job, vid string, rank, inc int, body io.Reader) (*analysis.ValidationResult, bool, error) {
+	res, dup, err := c.gh.PostResult(job, vid, c.now().UnixNano(), rank, inc, body)
 	if err == nil && !dup {
 		c.poke(job)
 	}

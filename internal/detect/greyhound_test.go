@@ -166,7 +166,7 @@ func (h *ghHarness) restart() {
 // measurements (GEMM for listed ranks, every pass link it is in).
 func (h *ghHarness) ranksPoll() {
 	for r := 0; r < 4; r++ {
-		p, err := h.ctl.OpenPlan(h.job, r)
+		p, err := h.ctl.OpenPlan(h.job, r, -1)
 		if err != nil {
 			h.t.Fatal(err)
 		}
@@ -190,11 +190,11 @@ func (h *ghHarness) ranksPoll() {
 			}
 		}
 		b, _ := json.Marshal(res)
-		if _, dup, err := h.ctl.PostResult(h.job, p.ID, r, strings.NewReader(string(b))); err != nil || dup {
+		if _, dup, err := h.ctl.PostResult(h.job, p.ID, r, -1, strings.NewReader(string(b))); err != nil || dup {
 			h.t.Fatalf("rank %d posting to %s: dup %v, %v", r, p.ID, dup, err)
 		}
 		// A retried post is a duplicate, not an error.
-		if _, dup, err := h.ctl.PostResult(h.job, p.ID, r, strings.NewReader(string(b))); err != nil || !dup {
+		if _, dup, err := h.ctl.PostResult(h.job, p.ID, r, -1, strings.NewReader(string(b))); err != nil || !dup {
 			h.t.Fatalf("rank %d retrying: dup %v, %v", r, dup, err)
 		}
 	}

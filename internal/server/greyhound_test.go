@@ -65,6 +65,22 @@ func TestGreyhoundRoutes(t *testing.T) {
 	if r.status != 200 || json.Unmarshal(r.body, &got) != nil || got.ID != "v-1" || got.AtStep != 120 || got.P2P == nil || len(got.P2P.Passes) == 0 {
 		t.Fatalf("poll with a plan: %d %s", r.status, r.body)
 	}
+	// Issue 16 item 1: a poll may name its incarnation; one the job never
+	// had is a 400 naming it, as is a report's bad choice of launch.
+	if r := (call{method: "GET", path: poll + "&incarnation=0", token: tokIngestJ}).do(t, ts.URL); r.status != 200 {
+		t.Errorf("poll of incarnation 0: %d %s", r.status, r.body)
+	}
+	for _, p := range []string{poll + "&incarnation=5", results + "?incarnation=5", report + "?incarnation=x"} {
+		method, tok := "GET", tokIngestJ
+		if strings.HasSuffix(p, "=x") {
+			tok = tokRead
+		} else if strings.Contains(p, "results") {
+			method = "POST"
+		}
+		if r := (call{method: method, path: p, ctype: jsonType, body: []byte(`{"rank":2}`), token: tok}).do(t, ts.URL); r.status != 400 || r.errBody(t).Field != "incarnation" {
+			t.Errorf("%s %s: %d %s, want 400 naming incarnation", method, p, r.status, r.body)
+		}
+	}
 	bad := []struct{ body, field string }{
 		{`{"rank":2,"p2p":[{"pass":7,"src":2,"dst":3,"bytes":16777216,"ms":[1]}]}`, "p2p[0].pass"},
 		{`{"rank":9}`, "rank"},

@@ -288,8 +288,8 @@ func (e *collEncoded) encode(b *collective.Batch) error {
 		if k+1 < len(e.order) && bytes.Equal(e.key(i), e.key(e.order[k+1])) {
 			if j := e.order[k+1]; !bytes.Equal(e.val(i), e.val(j)) {
 				c := &b.Calls[j]
-				return signal.FieldErrorf(fmt.Sprintf("calls[%d]", j), "rank %d's call seq %d on %q entered at %d ns is also calls[%d] with other values: send each call once",
-					c.Rank, c.Seq, signal.Clip(c.Comm), c.EnterNS, i)
+				return signal.FieldErrorf(fmt.Sprintf("calls[%d]", j), "rank %d's call seq %d on %s entered at %d ns is also calls[%d] with other values: send each call once",
+					c.Rank, c.Seq, sentComm(c.Comm), c.EnterNS, i)
 			}
 			continue // the same call twice: stored once
 		}
@@ -578,8 +578,8 @@ func (s *Store) collMerge(batches []CollectiveBatch, enc []*collEncoded) (res []
 				if stored != nil {
 					if !bytes.Equal(stored, e.val(i)) {
 						return nil, nil, bi, conflict(fmt.Sprintf("calls[%d]", i), fmt.Sprintf(
-							"rank %d's call seq %d on communicator %q entered at %d ns is already stored with other values; a re-sent call must be identical to the stored one, and nothing of this batch was stored",
-							c.Rank, c.Seq, signal.Clip(c.Comm), c.EnterNS))
+							"rank %d's call seq %d on communicator %s entered at %d ns is already stored with other values; a re-sent call must be identical to the stored one, and nothing of this batch was stored",
+							c.Rank, c.Seq, sentComm(c.Comm), c.EnterNS))
 					}
 					res[bi].Duplicates++
 					continue
@@ -907,4 +907,15 @@ func (s *Store) forgetCollectives(job string) {
 	s.coll.mu.Lock()
 	delete(s.coll.jobs, job)
 	s.coll.mu.Unlock()
+}
+
+// sentComm names a stored communicator id as its sender knows it: the id
+// as sent, and its incarnation past the first launch (a 409 naming
+// "inc1:default_pg" would name an id no client ever sent).
+func sentComm(stored string) string {
+	inc, id := collective.CommIncarnation(stored)
+	if inc == 0 {
+		return fmt.Sprintf("%q", signal.Clip(id))
+	}
+	return fmt.Sprintf("%q of incarnation %d", signal.Clip(id), inc)
 }

@@ -162,3 +162,29 @@ func TestOSStatsResentConflict(t *testing.T) {
 		t.Fatalf("%d OS records stored, want 1", st.OSRecords)
 	}
 }
+
+// Issue 16 item 1: a restart's calls (communicator ids stored as "incN:…",
+// collective.Batch.Namespace) never meet the first launch's, even with the
+// same rank, seq, communicator and enter time; within one incarnation a
+// call re-sent with other values is refused naming the communicator as
+// sent and the incarnation, never the stored "inc1:" id.
+func TestCollectiveResendAcrossIncarnations(t *testing.T) {
+	s, b := storedCalls(t) // incarnation 0
+	restart := collective.Batch{}
+	for _, c := range b.Calls {
+		c.Bytes *= 2 // other values for the same (rank, enter time, comm, seq)
+		restart.Calls = append(restart.Calls, c)
+	}
+	restart.Namespace(1)
+	res, err := s.AppendCollectives("j", &restart)
+	if err != nil || res.Calls != len(restart.Calls) {
+		t.Fatalf("incarnation 1's calls on incarnation 0's cells: %+v %v, want every call stored apart", res, err)
+	}
+	changed := collective.Batch{Calls: []collective.Call{restart.Calls[3]}}
+	changed.Calls[0].Bytes++
+	_, err = s.AppendCollectives("j", &changed)
+	wantConflict(t, "a call of incarnation 1 re-sent with another size", err, "calls[0]", `"w" of incarnation 1`)
+	if strings.Contains(err.Error(), "inc1:") {
+		t.Errorf("the 409 names the stored communicator id: %v", err)
+	}
+}

@@ -15,18 +15,29 @@ the next step's first collective — every rank:
    off from 1 ms to 50 ms (512 ranks must not hammer rank 0's TCPStore);
 2. times `reps` torch.matmul of n×n matrices if it is in gemm.ranks;
 3. for each P2P pass, size and repetition: an all_reduce(MAX) of "past the
-   deadline" (it doubles as the barrier that starts a pass's transfers
-   together, and makes every rank stop at the same repetition), then the
-   pass's transfers (isend/irecv) timed one by one;
-4. a final barrier; the result is posted per rank by the shipper thread.
+   deadline" and "past the pass budget" (it doubles as the barrier that
+   starts a pass's transfers together, and makes every rank stop at the
+   same repetition), then the pass's transfers (isend/irecv) timed one by
+   one; after each size of a pass of several transfers, an all_reduce(MAX)
+   of its slowest best and (negated) fastest worst repetition: when the
+   slowest transfer at its best took stop_ratio times the fastest at its
+   worst, that link is proven slow and the pass skips its larger sizes;
+4. a final barrier; the result is posted per rank by the shipper thread,
+   with the wall-clock span the rank spent away from training
+   (paused_from_ns, paused_to_ns), so the server can leave that pause out
+   of its iteration-time detector.
 
 The whole run is bounded by the plan's deadline_ms (capped by the group's
-timeout, validation_timeout): the remaining time is checked before each
-GEMM repetition and each pass/size/repetition; past it the rank stops with
-what it measured so far and error "deadline: …". Plans are bounded too: n
-≤ 4096, a message ≤ 64 MiB, a rank sends at most once and receives at most
-once per pass, so one send and one receive buffer (of the largest size)
-serve every transfer.
+timeout, validation_timeout) and, once every rank agreed to run it, by its
+budget_ms: the remaining time is checked before each GEMM repetition and
+each pass/size/repetition; past it the rank stops with what it measured so
+far and error "deadline: …" (or "budget: …"). A pass that has run
+pass_budget_ms skips the
+rest of its repetitions and sizes (issue 16: one throttled link paused
+training for ~40 s); a transfer in flight always completes — gloo cannot
+cancel one. Plans are bounded too: n ≤ 4096, a message ≤ 64 MiB, a rank
+sends at most once and receives at most once per pass, so one send and
+one receive buffer (of the largest size) serve every transfer.
 
 Every communication runs on a dedicated gloo group created by setup() —
 new_group() is collective, so setup() runs on every rank at the same point
@@ -88,7 +99,8 @@ def parse_plan(obj, world):
     if not isinstance(vid, str) or not vid or len(vid) > 128 or any(not 0x21 <= ord(c) <= 0x7e for c in vid):
         raise PlanError("id: want 1-128 printable ASCII characters, got %.40r" % (vid,))
     plan = {"id": vid, "at_step": _int(obj, "at_step", 0, 1 << 48),
-            "deadline_ms": _int(obj, "deadline_ms", 1, 3_600_000), "gemm": None, "p2p": None}
+            "deadline_ms": _int(obj, "deadline_ms", 1, 3_600_000), "gemm": None, "p2p": None,
+            "budget_ms": _int(obj, "budget_ms", 0, 3_600_000) if "budget_ms" in obj else 0}
 
     def rank_ok(r, field):
         if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < world:
@@ -143,7 +155,12 @@ def parse_plan(obj, world):
                 dsts.add(d)
                 tr.append((s, d))
             out.append(tr)
-        plan["p2p"] = {"sizes_bytes": list(sizes), "reps": _int(p, "reps", 1, MAX_REPS), "passes": out}
+        stop = p.get("stop_ratio", 0)
+        if isinstance(stop, bool) or not isinstance(stop, (int, float)) or not (stop == 0 or 1 < stop <= 1000):
+            raise PlanError("p2p.stop_ratio: want 0 or a number in (1, 1000], got %.40r" % (stop,))
+        plan["p2p"] = {"sizes_bytes": list(sizes), "reps": _int(p, "reps", 1, MAX_REPS), "passes": out,
+                       "pass_budget_ms": _int(p, "pass_budget_ms", 0, 3_600_000) if "pass_budget_ms" in p else 0,
+                       "stop_ratio": float(stop)}
     return plan
 
 
@@ -189,6 +206,7 @@ class Validator:
         self.missed = 0
         self.unable = 0
         self.deadlines = 0
+        self.cut_passes = 0  # passes stopped by their budget or a proven-slow link
         self.errors = 0
         self.rejected = 0
         self.last_error = ""
@@ -289,7 +307,7 @@ class Validator:
 
     def stats(self):
         return {"ready": self.ready, "runs": self.runs, "missed": self.missed, "unable": self.unable,
-                "deadline": self.deadlines, "errors": self.errors, "rejected": self.rejected,
+                "deadline": self.deadlines, "cut_passes": self.cut_passes, "errors": self.errors, "rejected": self.rejected,
                 "pending": self._pending is not None, "broken": self.broken, "last_error": self.last_error}
 
     # --- internals -------------------------------------------------------
@@ -372,7 +390,15 @@ class Validator:
         return "skip", got.partition(":")[2] or "skipped"
 
     def run(self, plan):
-        """Executes a plan on this rank; returns the result body."""
+        """Executes a plan on this rank; returns the result body, with the
+        span training was paused for it (paused_from_ns, paused_to_ns)."""
+        paused_from = time.time_ns()
+        res = self._run(plan)
+        if not res.get("missed"):
+            res["paused_from_ns"], res["paused_to_ns"] = paused_from, max(time.time_ns(), paused_from + 1)
+        return res
+
+    def _run(self, plan):
         t_start = time.monotonic()
         if self.broken:
             return self._unable(plan, "validation group unusable after an earlier failure (%s)" % self.broken)
@@ -391,6 +417,12 @@ class Validator:
                 if verdict != "run":
                     res["error"] = "skipped: " + why
                     return res
+                limit = "deadline: %d ms" % round(budget * 1000)
+                if plan.get("budget_ms"):
+                    # The benchmarks' own cap, from the agreement on.
+                    t_bench = time.monotonic() + plan["budget_ms"] / 1000.0
+                    if t_bench < t_end:
+                        t_end, limit = t_bench, "budget: %d ms" % plan["budget_ms"]
                 late = ""
                 g = plan["gemm"]
                 if g and self.rank in g["ranks"]:
@@ -407,8 +439,8 @@ class Validator:
                     late = late or late2
                 if late:
                     self.deadlines += 1
-                    res["error"] = "deadline: %d ms passed %s (partial result)%s" % (
-                        round(budget * 1000), late, "; " + res["error"] if res["error"] else "")
+                    res["error"] = "%s passed %s (partial result)%s" % (
+                        limit, late, "; " + res["error"] if res["error"] else "")
                 stage = "final barrier"
                 d.barrier(group=grp)
             except Exception as e:
@@ -436,21 +468,41 @@ class Validator:
         return out, ""
 
     @staticmethod
-    def _go(torch, d, grp, t_end):
+    def _go(torch, d, grp, t_end, t_pass=None):
         """Every rank's "may we go on": an all_reduce(MAX) of "past the
-        deadline", so all stop at the same point (R4); it is also the
-        barrier that starts a pass's transfers together (§4.3)."""
-        flag = torch.tensor([1 if time.monotonic() >= t_end else 0], dtype=torch.int32)
+        deadline" and "past the pass budget", so all stop at the same point
+        (R4); it is also the barrier that starts a pass's transfers together
+        (§4.3). Returns (go on, go on with this pass)."""
+        now = time.monotonic()
+        flag = torch.tensor([1 if now >= t_end else 0, 1 if t_pass is not None and now >= t_pass else 0],
+                            dtype=torch.int32)
         d.all_reduce(flag, op=d.ReduceOp.MAX, group=grp)
-        return int(flag.item()) == 0
+        return int(flag[0].item()) == 0, int(flag[1].item()) == 0
+
+    @staticmethod
+    def _proven_slow(torch, d, grp, ms, stop_ratio):
+        """After a size of a pass: whether its slowest transfer at its best
+        took stop_ratio times its fastest at its worst (issue 16: stop a
+        link once it is proven slow). One all_reduce(MAX) over every rank
+        of [slowest best, −fastest worst]; a rank outside the pass adds
+        nothing."""
+        best = max((min(m) for m in ms if m), default=0.0)
+        worst = min((max(m) for m in ms if m), default=float("inf"))
+        t = torch.tensor([best, -worst], dtype=torch.float64)
+        d.all_reduce(t, op=d.ReduceOp.MAX, group=grp)
+        slowest_best, fastest_worst = float(t[0].item()), -float(t[1].item())
+        return 0 < fastest_worst < float("inf") and slowest_best >= stop_ratio * fastest_worst
 
     def _p2p(self, torch, d, grp, p, t_end):
         """(entries, "" or where the deadline stopped it). Every rank walks
-        the same passes × sizes × reps, in or out of a pass, so the _go
-        all_reduces line up."""
+        the same passes × sizes × reps, in or out of a pass, so the _go and
+        _proven_slow all_reduces line up; a pass stops early (on every rank
+        together) once it has used its budget or proven a link slow."""
         rank = self.rank
         biggest = max(p["sizes_bytes"])
         send_buf = recv_buf = None  # one each: a rank sends/receives at most once per pass (parse_plan)
+        pass_budget = p.get("pass_budget_ms", 0) / 1000.0
+        stop_ratio = p.get("stop_ratio", 0)
         entries = []
         for pi, ps in enumerate(p["passes"]):
             mine = [(s, t) for s, t in ps if s == rank or t == rank]
@@ -458,14 +510,20 @@ class Validator:
                 send_buf = torch.ones(biggest, dtype=torch.uint8)
             if recv_buf is None and any(t == rank for _, t in mine):
                 recv_buf = torch.empty(biggest, dtype=torch.uint8)
+            t_pass = time.monotonic() + pass_budget if pass_budget > 0 else None
+            cut = False
             for size in p["sizes_bytes"]:
                 ms = [[] for _ in mine]
                 for rep in range(p["reps"]):
-                    if not self._go(torch, d, grp, t_end):
+                    go, go_pass = self._go(torch, d, grp, t_end, t_pass if (rep or size != p["sizes_bytes"][0]) else None)
+                    if not go:
                         for (s, t), m in zip(mine, ms):
                             if m:
                                 entries.append({"pass": pi, "src": s, "dst": t, "bytes": size, "ms": m})
                         return entries, "before pass %d, %d bytes, repetition %d" % (pi, size, rep)
+                    if not go_pass:
+                        cut = True
+                        break
                     t0 = time.perf_counter()
                     works = []
                     for s, t in mine:
@@ -476,7 +534,13 @@ class Validator:
                     for i, dt in enumerate(_wait_all(works, t0)):
                         ms[i].append(round(dt * 1e3, 4))
                 for (s, t), m in zip(mine, ms):
-                    entries.append({"pass": pi, "src": s, "dst": t, "bytes": size, "ms": m})
+                    if m:
+                        entries.append({"pass": pi, "src": s, "dst": t, "bytes": size, "ms": m})
+                if not cut and stop_ratio and len(ps) >= 2:
+                    cut = self._proven_slow(torch, d, grp, ms, stop_ratio)
+                if cut:
+                    self.cut_passes += 1
+                    break
         return entries, ""
 
 

@@ -50,7 +50,17 @@ class ParsePlanTest(unittest.TestCase):
 
     def test_optional_parts(self):
         p = parse_plan({"id": "x", "at_step": 0, "deadline_ms": 1}, 1)
-        self.assertEqual((p["gemm"], p["p2p"]), (None, None))
+        self.assertEqual((p["gemm"], p["p2p"], p["budget_ms"]), (None, None, 0))
+        q = parse_plan(PLAN, 4)["p2p"]
+        self.assertEqual((q["pass_budget_ms"], q["stop_ratio"]), (0, 0.0))
+
+    def test_budget(self):
+        import copy
+        p = copy.deepcopy(PLAN)
+        p["budget_ms"] = 20000
+        p["p2p"]["pass_budget_ms"], p["p2p"]["stop_ratio"] = 4000, 4
+        q = parse_plan(p, 4)
+        self.assertEqual((q["budget_ms"], q["p2p"]["pass_budget_ms"], q["p2p"]["stop_ratio"]), (20000, 4000, 4.0))
 
     def test_refusals_name_the_field(self):
         def mod(path, value):
@@ -84,6 +94,10 @@ class ParsePlanTest(unittest.TestCase):
             (mod(["p2p", "passes"], [[{"src": 1, "dst": 1}]]), "p2p.passes[0][0]"),
             (mod(["p2p", "passes"], [[{"src": 1}]]), "p2p.passes[0][0].dst"),
             (mod(["p2p", "passes"], [[[0, 1]]]), "p2p.passes[0][0]"),
+            (mod(["budget_ms"], -1), "budget_ms"),
+            (mod(["p2p", "pass_budget_ms"], "1s"), "pass_budget_ms"),
+            (mod(["p2p", "stop_ratio"], 0.5), "p2p.stop_ratio"),
+            (mod(["p2p", "stop_ratio"], True), "p2p.stop_ratio"),
             ([], "plan"),
         ]
         for plan, field in cases:
@@ -219,6 +233,81 @@ class AgreementTest(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 1.5)
 
 
+class _FakeWork:
+    def __init__(self, s):
+        self.s = s
+
+    def wait(self):
+        time.sleep(self.s)
+
+
+class _FakeDist:
+    """One process standing for every rank: all_reduce is the identity (the
+    MAX over one rank), and a transfer takes what the link's delay says."""
+
+    class ReduceOp:
+        MAX = "max"
+
+    def __init__(self, delay):
+        self.delay = delay  # (src, dst) -> seconds
+        self.sent = []
+
+    def all_reduce(self, t, op=None, group=None):
+        pass
+
+    def isend(self, buf, dst, group=None):
+        self.sent.append((0, dst, len(buf)))
+        return _FakeWork(self.delay.get((0, dst), 0.001))
+
+    def irecv(self, buf, src, group=None):
+        self.sent.append((src, 0, len(buf)))
+        return _FakeWork(self.delay.get((src, 0), 0.001))
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs torch (run with /usr/bin/python3)")
+class PassBudgetTest(unittest.TestCase):
+    """Issue 16: one throttled link paused training for ~40 s. A pass stops
+    once a link in it is proven slow (after the size that proves it) or
+    once it has used its budget; the first repetition of a pass always runs."""
+
+    def p2p(self, **kw):
+        p = {"sizes_bytes": [1 << 10, 2 << 10, 4 << 10], "reps": 3,
+             "passes": [[(0, 1), (2, 0)], [(1, 2)], [(0, 2)]], "pass_budget_ms": 0, "stop_ratio": 0.0}
+        p.update(kw)
+        return p
+
+    def run_p2p(self, p, delay):
+        import torch
+        v = _validator(FakeStore(), 0, 3)
+        d = _FakeDist(delay)
+        entries, late = v._p2p(torch, d, None, p, time.monotonic() + 60)
+        self.assertEqual(late, "")
+        return v, entries
+
+    def test_proven_slow_link_stops_its_pass(self):
+        v, entries = self.run_p2p(self.p2p(stop_ratio=4.0), {(2, 0): 0.03})
+        sizes = {(e["pass"], e["src"], e["dst"]): [] for e in entries}
+        for e in entries:
+            sizes[(e["pass"], e["src"], e["dst"])].append(e["bytes"])
+        self.assertEqual(sizes[(0, 2, 0)], [1 << 10])  # proven slow on the first size: larger ones skipped
+        self.assertEqual(sizes[(0, 0, 1)], [1 << 10])  # its pass-mate stops with it (every rank together)
+        self.assertEqual(sizes[(2, 0, 2)], [1 << 10, 2 << 10, 4 << 10])  # other passes run in full
+        self.assertEqual(v.cut_passes, 1)
+        # without the ratio, all sizes run
+        v, entries = self.run_p2p(self.p2p(), {(2, 0): 0.03})
+        self.assertEqual(len([e for e in entries if e["pass"] == 0]), 6)
+        self.assertEqual(v.cut_passes, 0)
+
+    def test_pass_budget(self):
+        v, entries = self.run_p2p(self.p2p(pass_budget_ms=50), {(2, 0): 0.03, (0, 1): 0.03, (0, 2): 0.03})
+        # 30 ms a repetition, 50 ms a pass: one or two repetitions (the
+        # first always runs), then the pass stops before its next size
+        for e in entries:
+            self.assertEqual(e["bytes"], 1 << 10, e)
+            self.assertIn(len(e["ms"]), (1, 2), e)
+        self.assertEqual(v.cut_passes, 2)
+
+
 class Scheduler:
     """The fake server's side: serves each plan in turn once every rank has
     posted the previous one, with at_step a few steps past the newest step
@@ -288,6 +377,10 @@ class ValidationJobTest(unittest.TestCase):
               "gemm": {"ranks": [0], "n": 16, "dtype": "float32", "reps": 1}}, None),
             ({"id": "v-late", "deadline_ms": 20000, "gemm": {"ranks": [0], "n": 16, "dtype": "float32", "reps": 1}},
              2),
+            # Issue 16: a 1 ms pass budget: every pass stops after its first
+            # repetition, on every rank at the same point, and no error.
+            ({"id": "v-budget", "deadline_ms": 20000, "budget_ms": 10000,
+              "p2p": {"sizes_bytes": [1 << 20, 2 << 20, 4 << 20], "reps": 5, "pass_budget_ms": 1, "passes": passes}}, None),
         ]
         stop = os.path.join(d, "stop")
         cls.sched = Scheduler(cls.srv, cls.job, cls.world, cls.plans, stop)
@@ -350,6 +443,25 @@ class ValidationJobTest(unittest.TestCase):
             self.assertEqual(len(set(per.values())), 1, (k, per))
         for r in self.out.values():
             self.assertGreaterEqual(r["validation"]["deadline"], 1)
+
+    def test_pass_budget_stops_every_rank_together(self):
+        rs = self.results("v-budget")
+        for r, b in rs.items():
+            self.assertEqual(b["error"], "", b)
+            self.assertTrue(b["p2p"])
+            for e in b["p2p"]:
+                self.assertEqual((e["bytes"], len(e["ms"])), (1 << 20, 1), e)
+        for r in self.out.values():
+            self.assertGreaterEqual(r["validation"]["cut_passes"], 2)
+
+    def test_results_carry_the_pause(self):
+        for vid in ("v-1", "v-deadline", "v-budget"):
+            for b in self.results(vid).values():
+                self.assertLess(b["paused_from_ns"], b["paused_to_ns"], (vid, b))
+                self.assertLess(b["paused_to_ns"] - b["paused_from_ns"], 30e9)
+        for b in self.results("v-late").values():
+            if b["missed"]:
+                self.assertNotIn("paused_from_ns", b)
 
     def test_unable_rank_releases_the_others(self):
         rs = self.results("v-unable")

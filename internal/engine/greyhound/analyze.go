@@ -96,7 +96,7 @@ func Analyze(in Input, cfg Config) (*Report, error) {
 		}
 	}
 	if ref != nil {
-		it.Method, it.Rank, it.Period, it.ACF, it.Series = MethodACF, ref.Rank, ref.Period, round(ref.ACF, 4), ref.Iters
+		it.Method, it.Rank, it.Period, it.ACF, it.Series = MethodACF, ref.Rank, ref.Period, round(ref.ACF, 4), slices.Clone(ref.Iters)
 		ms := make([]float64, len(ref.Iters))
 		for i, x := range ref.Iters {
 			ms[i] = x.MS
@@ -108,7 +108,14 @@ func Analyze(in Input, cfg Config) (*Report, error) {
 		if ref.Warmup > 0 || ref.Unmatched > 0 || ref.Resyncs > 0 {
 			it.Note = fmt.Sprintf("rank %d: %d warm-up call(s), %d unaligned call(s), %d resync(s)", ref.Rank, ref.Warmup, ref.Unmatched, ref.Resyncs)
 		}
-		rep.ChangePoints = changePoints(ref.Iters, cfg)
+		if n := maskPauses(it.Series, in.Validations); n > 0 {
+			note := fmt.Sprintf("%d iteration(s) overlap a validation pause and are left out of change-point detection", n)
+			if it.Note != "" {
+				note = it.Note + "; " + note
+			}
+			it.Note = note
+		}
+		rep.ChangePoints = changePoints(it.Series, cfg)
 	} else if len(perRank) > 0 {
 		it.Note = "no rank shows a recurring call pattern: iteration time unknown"
 	}
@@ -152,23 +159,69 @@ func Analyze(in Input, cfg Config) (*Report, error) {
 	if rep.Controller.History == nil {
 		rep.Controller.History = []Transition{}
 	}
+	rep.Verdict = currentVerdict(rep, state, ref != nil, cfg)
+	return rep, nil
+}
+
+// currentVerdict is the verdict a report shows: the controller's, or one
+// for where it stands. Entry lateness is weighed in every phase (issue 16,
+// item 6): a rank the others consistently wait for is named even before
+// (or without) a validation — with low confidence, saying what was not
+// tested — never hidden behind "none" or "in progress".
+func currentVerdict(rep *Report, state *ControllerState, haveSeries bool, cfg Config) Verdict {
+	iterMS := recentMS(rep.Iteration.Series)
 	switch {
 	case state.Verdict != nil:
-		rep.Verdict = *state.Verdict
+		return *state.Verdict
 	case state.Phase == PhaseProfiling || state.Phase == PhaseValidation:
-		rep.Verdict = Verdict{Kind: VerdictInconclusive, Ranks: []int{}, Links: []Link{}, Confidence: ConfidenceLow,
-			Text: fmt.Sprintf("slowdown detected; %s in progress", state.Phase)}
-	default:
-		rep.Verdict = Verdict{Kind: VerdictNone, Ranks: []int{}, Links: []Link{}, Confidence: ConfidenceHigh,
-			Text: "no verified slowdown in the iteration time"}
-		if ref == nil {
-			rep.Verdict.Kind, rep.Verdict.Confidence = VerdictInconclusive, ConfidenceLow
-			rep.Verdict.Text = "iteration time could not be derived from the calls"
-		} else if rep.Telemetry.Limited {
-			rep.Verdict.Confidence = ConfidenceLow
+		text := fmt.Sprintf("slowdown detected; %s in progress", state.Phase)
+		if late, ok := LateRank(&rep.Lateness, state.Onset, iterMS, cfg); ok {
+			return lateOnly(late, text+"; meanwhile ", []string{"compute and network not validated yet"})
 		}
+		return newVerdict(VerdictInconclusive, nil, nil, text, nil)
+	case !haveSeries:
+		return newVerdict(VerdictInconclusive, nil, nil, "iteration time could not be derived from the calls", nil)
 	}
-	return rep, nil
+	var caveats []string
+	if rep.Telemetry.Limited {
+		caveats = append(caveats, "telemetry limited: calls were dropped or ranks are missing")
+	}
+	if late, ok := LateRank(&rep.Lateness, nil, iterMS, cfg); ok {
+		return lateOnly(late, "no change in the iteration time was detected, but ",
+			append(caveats, "no slowdown was detected: the straggler may have been there since the window began", "compute and network not validated"))
+	}
+	return newVerdict(VerdictNone, nil, nil, "no verified slowdown in the iteration time", caveats)
+}
+
+// lateOnly names a late rank from lateness alone (no validation).
+func lateOnly(late LateEvidence, lead string, caveats []string) Verdict {
+	text := fmt.Sprintf("%srank %d enters %s on %s last on %d of %d instances, a median %.1f ms after the next member; the others wait %.1f ms per iteration for it",
+		lead, late.Rank, late.Op, late.Comm, late.Last, late.Instances, late.MarginMS, late.WaitMS)
+	e := Explanation{IncreaseMS: late.IncreaseMS, AccountedMS: late.WaitMS, Frac: late.Frac, Explains: true,
+		Basis: "the others' wait for it per iteration, over every collective"}
+	if late.IncreaseMS > 0 {
+		text += fmt.Sprintf(" (%.0f%% of the +%.1f ms increase)", 100*late.Frac, late.IncreaseMS)
+	} else {
+		text += fmt.Sprintf(" (%.0f%% of the iteration time)", 100*late.Frac)
+		e.Basis += ", against the iteration time (no onset)"
+	}
+	v := newVerdict(VerdictLateRank, []int{late.Rank}, nil, text, caveats)
+	v.Explanation = &e
+	return v
+}
+
+// recentMS is the median of the latest ProfileIters-like span (20) of the
+// series, 0 when empty.
+func recentMS(it []Iter) float64 {
+	k := max(0, len(it)-20)
+	ms := make([]float64, 0, len(it)-k)
+	for _, x := range it[k:] {
+		ms = append(ms, x.MS)
+	}
+	if len(ms) == 0 {
+		return 0
+	}
+	return stats.Median(ms)
 }
 
 func orEmpty[T any](xs []T) []T {
@@ -197,17 +250,26 @@ func round(x float64, d int) float64 {
 // changePoints runs the configured detector on the series. With BOCD+V
 // the plain BOCD candidates are listed too, marked unverified, so the UI
 // can show what verification dropped.
+//
+// Iterations that overlap a validation pause (Paused) are left out of the
+// detector's input: the pause is one huge iteration whose aftermath would
+// read as an onset and then a relief. Indexes stay those of the series.
 func changePoints(iters []Iter, cfg Config) []ChangePointView {
-	ms := make([]float64, len(iters))
+	ms := make([]float64, 0, len(iters))
+	at := make([]int, 0, len(iters)) // detector index → series index
 	for i, x := range iters {
-		ms[i] = x.MS
+		if !x.Paused {
+			ms = append(ms, x.MS)
+			at = append(at, i)
+		}
 	}
 	view := func(c stats.ChangePoint, verified bool) ChangePointView {
 		k := KindOnset
 		if !c.Rise() {
 			k = KindRelief
 		}
-		return ChangePointView{Index: c.Index, EndNS: iters[c.Index].EndNS, BeforeMS: round(c.Before, 3), AfterMS: round(c.After, 3),
+		i := at[c.Index]
+		return ChangePointView{Index: i, EndNS: iters[i].EndNS, BeforeMS: round(c.Before, 3), AfterMS: round(c.After, 3),
 			Rel: round(c.RelChange(), 4), Kind: k, Prob: round(c.Score, 4), Verified: verified}
 	}
 	out := []ChangePointView{}
@@ -239,6 +301,32 @@ func changePoints(iters []Iter, cfg Config) []ChangePointView {
 		out = out[len(out)-256:]
 	}
 	return out
+}
+
+// maskPauses marks the iterations that overlap a validation pause the
+// ranks reported (their clocks are the calls' clocks) and returns how many.
+func maskPauses(iters []Iter, runs []ValidationRun) int {
+	type span struct{ from, to int64 }
+	var pauses []span
+	for _, v := range runs {
+		for _, r := range v.Results {
+			if r.PausedFromNS > 0 && r.PausedToNS >= r.PausedFromNS {
+				pauses = append(pauses, span{r.PausedFromNS, r.PausedToNS})
+			}
+		}
+	}
+	n := 0
+	for i := range iters {
+		start := iters[i].EndNS - int64(math.Round(iters[i].MS*1e6))
+		for _, p := range pauses {
+			if start < p.to && iters[i].EndNS > p.from {
+				iters[i].Paused = true
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // decisive reports whether a change point drives the controller: the
@@ -273,7 +361,7 @@ func replay(rep *Report, in Input, cfg Config) ControllerState {
 			if s.Phase == PhaseValidation && vi < len(in.Validations) {
 				v := in.Validations[vi]
 				vi++
-				s, _ = Step(s, Observation{NowNS: c.EndNS, Results: v.Results, Lateness: &rep.Lateness}, cfg)
+				s, _ = Step(s, Observation{NowNS: c.EndNS, Results: v.Results, Lateness: &rep.Lateness, IterMS: recentMS(rep.Iteration.Series)}, cfg)
 			}
 		} else {
 			obs.Relief = &cp

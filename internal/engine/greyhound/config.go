@@ -41,16 +41,18 @@ type Config struct {
 	// SlowRel: a rank's GEMM or a link's P2P time beyond the median by
 	// more than this is slow (the paper's 10% applied to validation).
 	SlowRel float64 `json:"slow_rel"`
-	// Entry lateness (late_rank verdict, when validation finds every GEMM
-	// and link healthy): a rank is late when it enters last on at least
-	// LateShare of the ≥ LateMinInstances instances since the onset, and
-	// its median margin over the next-latest member is at least
-	// LateMinFrac of the iteration-time increase (the onset's after −
-	// before): lateness that small cannot explain the slowdown. Zero
-	// values take the defaults (configs saved before these fields).
+	// Entry lateness (late_rank verdict): a rank is late when it enters
+	// one collective last on at least LateShare of the ≥ LateMinInstances
+	// instances since the onset by a median margin ≥ 1 ms. Zero values
+	// take the defaults (configs saved before these fields).
 	LateShare        float64 `json:"late_share"`
 	LateMinInstances int     `json:"late_min_instances"`
-	LateMinFrac      float64 `json:"late_min_frac"`
+	// ExplainFrac: a localising verdict (slow rank, slow link, late rank)
+	// names its component only when what it measured can account for at
+	// least this share of the onset's iteration-time increase (issue 16:
+	// a 4.8 ms GEMM deficit cannot explain +120 ms per iteration); below
+	// twice this share it says other causes may add to it. 0: default.
+	ExplainFrac float64 `json:"explain_frac"`
 	// ProfileIters is how many latest iterations of calls profiling and
 	// lateness look at.
 	ProfileIters int `json:"profile_iters"`
@@ -59,6 +61,11 @@ type Config struct {
 	// Validation plan (§4.3): message sizes, repetitions, GEMM size, the
 	// deadline and how many steps ahead the plan is scheduled (every rank
 	// must learn of it before at_step; clients poll every ~2 s).
+	// BudgetMS caps the benchmarks' time (the training pause beyond the
+	// agreement), shared by the GEMM and the passes; StopRatio stops a
+	// pass once a link in it is proven that many times slower (P2PTest).
+	BudgetMS      int64   `json:"budget_ms"`
+	StopRatio     float64 `json:"stop_ratio"`
 	P2PSizes      []int64 `json:"p2p_sizes"`
 	Reps          int     `json:"reps"`
 	GEMMN         int     `json:"gemm_n"`
@@ -77,12 +84,32 @@ func DefaultConfig() Config {
 	return Config{
 		ACFThreshold: 0.95, ACFWindow: 16384, MaxPeriod: 400, MinMatch: 0.9,
 		Detector: DetectorBOCDV, VerifyRel: 0.10, DegradedRel: 0.10, SlowRel: 0.10,
-		LateShare: 0.6, LateMinInstances: 5, LateMinFrac: 0.25,
+		LateShare: 0.6, LateMinInstances: 5, ExplainFrac: 0.25,
 		ProfileIters: 20, MaxLatenessInstances: 200,
+		BudgetMS: 20_000, StopRatio: 4,
 		P2PSizes: []int64{16 << 20, 32 << 20, 64 << 20}, Reps: 3, GEMMN: 1024, GEMMDtype: "float32",
 		DeadlineMS: 30_000, PlanLeadSteps: 3,
 		ProfileTimeoutNS: 120e9, HoldNS: 600e9,
 	}
+}
+
+// withDefaults fills the fields whose zero means "the default" (configs
+// saved before they existed).
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.LateShare == 0 {
+		c.LateShare = d.LateShare
+	}
+	if c.LateMinInstances == 0 {
+		c.LateMinInstances = d.LateMinInstances
+	}
+	if c.ExplainFrac == 0 {
+		c.ExplainFrac = d.ExplainFrac
+	}
+	if c.VerifyRel == 0 {
+		c.VerifyRel = d.VerifyRel
+	}
+	return c
 }
 
 // Detector names (stats.Detector.Name of each).
@@ -125,8 +152,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("greyhound config: verify_min_span_ms must be in [0, 3.6e6], got %g", c.VerifyMinSpanMS)
 	case c.LateShare != 0 && !(c.LateShare > 0.5 && c.LateShare <= 1):
 		return fmt.Errorf("greyhound config: late_share must be in (0.5, 1] (0: default), got %g", c.LateShare)
-	case c.LateMinFrac != 0 && !(c.LateMinFrac > 0 && c.LateMinFrac <= 10):
-		return fmt.Errorf("greyhound config: late_min_frac must be in (0, 10] (0: default), got %g", c.LateMinFrac)
+	case c.ExplainFrac != 0 && !(c.ExplainFrac > 0 && c.ExplainFrac <= 1):
+		return fmt.Errorf("greyhound config: explain_frac must be in (0, 1] (0: default), got %g", c.ExplainFrac)
+	case c.BudgetMS < 0:
+		return fmt.Errorf("greyhound config: budget_ms must be ≥ 0 (0: no cap), got %d", c.BudgetMS)
+	case c.StopRatio != 0 && !(c.StopRatio > 1 && c.StopRatio <= 1000):
+		return fmt.Errorf("greyhound config: stop_ratio must be in (1, 1000] (0: off), got %g", c.StopRatio)
 	case c.LateMinInstances < 0:
 		return fmt.Errorf("greyhound config: late_min_instances must be ≥ 0 (0: default), got %d", c.LateMinInstances)
 	case c.ProfileIters < 1:

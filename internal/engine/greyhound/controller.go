@@ -64,6 +64,9 @@ type Observation struct {
 	// validation results it lets the verdict name a rank that enters
 	// collectives late while its GEMM and links are healthy (late_rank).
 	Lateness *Lateness `json:"lateness,omitempty"`
+	// IterMS is the latest iteration time (lateness in an episode without
+	// an onset is weighed against it).
+	IterMS float64 `json:"iter_ms,omitempty"`
 	// Manual is a validation requested by a person (API): it opens an
 	// episode from tracking or a held verdict without an onset.
 	Manual bool `json:"manual,omitempty"`
@@ -149,19 +152,18 @@ func Step(s ControllerState, obs Observation, cfg Config) (ControllerState, *Pla
 					map[string]any{"suspects": sus, "plan": plan})
 				return s, &plan
 			case comparable > 0:
-				v := Verdict{Kind: VerdictUniform, Ranks: []int{}, Links: []Link{}, Confidence: ConfidenceLow,
-					Text: fmt.Sprintf("no group stands out in %d comparable cluster(s): every group is slowed alike — a job-wide cause (CPU contention, input pipeline, shared network) rather than one rank or link", comparable)}
+				v := newVerdict(VerdictUniform, nil, nil,
+					fmt.Sprintf("no group stands out in %d comparable cluster(s): every group is slowed alike — a job-wide cause (CPU contention, input pipeline, shared network) rather than one rank or link", comparable),
+					[]string{"from cross-group comparison alone: nothing was validated"})
 				s.Verdict = &v
 				s = s.move(PhaseVerdict, now, "cross-group comparison found no degraded group", obs.Clusters)
 			default:
-				v := Verdict{Kind: VerdictInconclusive, Ranks: []int{}, Links: []Link{}, Confidence: ConfidenceLow,
-					Text: "profiling saw no collective groups: nothing to compare or validate"}
+				v := newVerdict(VerdictInconclusive, nil, nil, "profiling saw no collective groups: nothing to compare or validate", nil)
 				s.Verdict = &v
 				s = s.move(PhaseVerdict, now, "nothing to compare", obs.Clusters)
 			}
 		case now-s.Since >= cfg.ProfileTimeoutNS:
-			v := Verdict{Kind: VerdictInconclusive, Ranks: []int{}, Links: []Link{}, Confidence: ConfidenceLow,
-				Text: "profiling produced no group comparison before its timeout"}
+			v := newVerdict(VerdictInconclusive, nil, nil, "profiling produced no group comparison before its timeout", nil)
 			s.Verdict = &v
 			s = s.move(PhaseVerdict, now, "profiling timed out", nil)
 		}
@@ -181,19 +183,11 @@ func Step(s ControllerState, obs Observation, cfg Config) (ControllerState, *Pla
 		j := JudgeAll(*s.Plan, obs.Results, cfg)
 		expired := now-s.Since >= s.Plan.DeadlineMS*1e6
 		if j.Complete || expired {
-			v := j.Verdict
-			if late, ok := LateRank(obs.Lateness, s.Onset, cfg); ok {
-				v = Combine(j, late, cfg)
-			}
+			late, lateOK := LateRank(obs.Lateness, s.Onset, obs.IterMS, cfg)
+			v := Conclude(j, late, lateOK, Episode{Onset: s.Onset, Relief: s.Relief, IterMS: obs.IterMS}, cfg)
 			reason := "all validation results in"
 			if !j.Complete {
 				reason = "validation deadline passed"
-			}
-			if s.Relief != nil {
-				v.Text += fmt.Sprintf(" (iteration time fell back during validation, %.1f → %.1f ms: the slowdown may have been transient)", s.Relief.BeforeMS, s.Relief.AfterMS)
-				if v.Confidence == ConfidenceHigh {
-					v.Confidence = ConfidenceLow
-				}
 			}
 			s.Verdict = &v
 			s = s.move(PhaseVerdict, now, reason+": "+v.Text, j)

@@ -39,6 +39,7 @@ func results(plan Plan, gemm map[int]float64, link map[Link]float64) []RankResul
 	for _, r := range byRank {
 		out = append(out, *r)
 	}
+	slices.SortFunc(out, func(a, b RankResult) int { return a.Rank - b.Rank }) // deterministic for the tests that draw per rank
 	return out
 }
 

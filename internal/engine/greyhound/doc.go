@@ -11,7 +11,7 @@
 //
 // Notation (paper → code)
 //
-//	X, x_t     call sequence of one rank        symbols (dense ids), scrambled values fed to stats.ACF
+//	X, x_t     call sequence of one rank        symbols (dense ids), one-hot in stats.SymbolACF
 //	L          ACF window length (calls)        Config.ACFWindow
 //	k          lag                              1..min(Config.MaxPeriod, L·(1−M))
 //	M          ACF threshold (0.95)             Config.ACFThreshold

@@ -32,12 +32,14 @@ type Member struct {
 }
 
 // Cluster is a comparable cluster (§4.3): groups with the same op, bytes
-// and group size.
+// and group size. RefMS is the healthy reference its members are judged
+// against: the median of its faster half (MedianMS is the plain median).
 type Cluster struct {
 	Op       collective.Op `json:"op"`
 	Bytes    int64         `json:"bytes"`
 	Size     int           `json:"size"`
 	MedianMS float64       `json:"median_ms"`
+	RefMS    float64       `json:"ref_ms"`
 	Members  []Member      `json:"members"`
 	// Comparable is false for a cluster of one group: nothing to compare
 	// it with (Note says so).
@@ -58,8 +60,12 @@ type instKey struct {
 
 // CompareGroups performs cross-group comparison (§4.3) over calls (any
 // ranks, typically the latest profiling window): a group is degraded when
-// its execution time exceeds its cluster's median by more than
-// DegradedRel. Clusters are sorted by op, bytes, size; members by comm.
+// its execution time exceeds its cluster's healthy reference by more than
+// DegradedRel. The paper says the median; the reference is the median of
+// the faster half, so degraded groups cannot make themselves the
+// reference (of two groups the median is their mean, and one slowed 15 %
+// would read 7 % over it). Clusters are sorted by op, bytes, size;
+// members by comm.
 func CompareGroups(calls []collective.Call, comms []collective.Comm, cfg Config) []Cluster {
 	size := map[string]int{}
 	ranksOf := map[string][]int{}
@@ -151,6 +157,7 @@ func CompareGroups(calls []collective.Call, comms []collective.Comm, cfg Config)
 		for i, m := range cl.Members {
 			xs[i] = m.ExecMS
 		}
+		cl.RefMS = fasterHalfMedian(xs)
 		cl.MedianMS = medianSigned(xs)
 		cl.Comparable = len(cl.Members) >= 2
 		if !cl.Comparable {
@@ -158,10 +165,10 @@ func CompareGroups(calls []collective.Call, comms []collective.Comm, cfg Config)
 		}
 		for i := range cl.Members {
 			m := &cl.Members[i]
-			if cl.MedianMS > 0 {
-				m.Ratio = m.ExecMS / cl.MedianMS
+			if cl.RefMS > 0 {
+				m.Ratio = m.ExecMS / cl.RefMS
 			}
-			m.Degraded = cl.Comparable && cl.MedianMS > 0 && m.ExecMS > cl.MedianMS*(1+cfg.DegradedRel)
+			m.Degraded = cl.Comparable && cl.RefMS > 0 && m.ExecMS > cl.RefMS*(1+cfg.DegradedRel)
 		}
 		out = append(out, *cl)
 	}

@@ -37,6 +37,10 @@ type Iter struct {
 	// Estimated: one of its two anchor calls was missing (dropped) and its
 	// time was estimated from the other calls of that iteration.
 	Estimated bool `json:"estimated,omitempty"`
+	// Paused: the iteration overlaps a validation pause (the ranks
+	// benchmarking, §4.3), so it is no evidence of a fail-slow: the
+	// change-point detector does not see it.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // IterSeries is one rank's iteration-time series (§4.2).
@@ -64,16 +68,16 @@ type IterSeries struct {
 // enter order (§4.2):
 //
 //  1. Each call becomes a symbol (op, bytes, comm[, peer]) with a dense id
-//     in order of first appearance. ACF needs numbers, but dense ids in
-//     first-appearance order make every iteration a ramp 0,1,2,…, whose
-//     autocorrelation at lag 1 approaches 1 as the ramp lengthens (200
-//     distinct calls give ACF₁ ≈ 0.97 > M): a false period 1. So each id
-//     is fed to ACF as a fixed pseudo-random value (a hash of the id):
-//     then ACF_k estimates the fraction of calls that repeat k calls
-//     later, which is what "recurring period" means, and a candidate lag
-//     is confirmed by counting exact symbol matches (≥ MinMatch).
+//     in order of first appearance. ACF is taken on the symbols
+//     themselves (stats.SymbolACF: the paper's formula on their one-hot
+//     encoding, the chance-corrected fraction of calls that repeat k calls
+//     later), never on numeric codes: any scalar code weights two calls
+//     by the distance of their codes, so detectability would depend on
+//     how ids were assigned or hashed.
 //  2. Period = the first lag with ACF ≥ M on the latest ACFWindow calls
-//     (warm-up lives at the start, so the window ends at the last call).
+//     (warm-up lives at the start, so the window ends at the last call),
+//     over the calls that recur often enough to be part of a period
+//     (detectPeriod).
 //  3. The steady pattern (template) is the per-phase majority symbol over
 //     the window. The anchor is the phase whose one-period intervals are
 //     the most regular (least MAD/median): every anchor's intervals sum
@@ -132,7 +136,16 @@ func IterationTimes(calls []collective.Call, cfg Config) (IterSeries, error) {
 	}
 	w0 := max(0, n-cfg.ACFWindow)
 	win := syms[w0:]
-	p, acf, match := detectPeriod(win, cfg)
+	seq := withGaps(calls[w0:], win)
+	p, acf, match := detectPeriod(seq, cfg)
+	if p == 0 && w0 == 0 && len(seq) >= 40 {
+		// The window starts at the rank's first call: its warm-up (a
+		// first iteration's buckets in another order) mismatches like any
+		// call, and where one bucket size dominates, every mismatch weighs
+		// 1/(1−q) times more (stats.SymbolACF). Warm-up lives at the
+		// start, so try again without the first tenth of the window.
+		p, acf, match = detectPeriod(seq[len(seq)/10:], cfg)
+	}
 	if p == 0 {
 		out.Reason = fmt.Sprintf("no lag in 1..%d reaches ACF ≥ %.2f with %.0f%% of calls repeating (window %d calls)",
 			maxLagFor(len(win), cfg), cfg.ACFThreshold, 100*cfg.MinMatch, len(win))
@@ -172,51 +185,87 @@ func maxLagFor(L int, cfg Config) int {
 	return max(1, min(cfg.MaxPeriod, int(float64(L)*(1-cfg.ACFThreshold)), L-1))
 }
 
-// scramble maps a dense id to a fixed value in [0, 1) (SplitMix64), so
-// ACF sees unordered categories, not a ramp.
-func scramble(id int32) float64 {
-	z := uint64(id) + 0x9E3779B97F4A7C15
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-	z ^= z >> 31
-	return float64(z>>11) / (1 << 53)
-}
+// maxGapFill bounds the placeholders one sequence gap adds: a longer gap
+// is a loss of telemetry, not a few dropped calls, and its phase is lost
+// anyway.
+const maxGapFill = 8
 
-// detectPeriod returns the first lag with ACF ≥ M whose exact symbol
-// match rate is ≥ MinMatch, or 0.
-func detectPeriod(win []int32, cfg Config) (p int, acf, match float64) {
-	allSame := true
-	for _, s := range win {
-		if s != win[0] {
-			allSame = false
-			break
-		}
+// withGaps returns the window's symbols with a placeholder (a negative id,
+// unique, so it matches nothing) for each call a communicator's sequence
+// numbers show missing: a call dropped by the client (its ring buffer full)
+// leaves a gap in seq, and without the placeholder every later call is one
+// position early — a phase slip that costs up to a period of mismatches
+// at the period's lag instead of about one call's worth (stats.SymbolACF
+// imputes placeholders). A seq number is missing when no call of the
+// window holds it between the communicator's lowest and highest; a call
+// issued out of order (a late bucket) is not a loss. The placeholder goes
+// just before the call holding the next present seq: where exactly the
+// lost call sat among other communicators' calls is unknown, and a
+// misplacement costs only the calls in between.
+func withGaps(calls []collective.Call, win []int32) []int32 {
+	bySeq := map[string][]int{} // comm → indexes of its calls
+	for i := range calls {
+		bySeq[calls[i].Comm] = append(bySeq[calls[i].Comm], i)
 	}
-	if allSame { // one call per iteration (or one kind): variance 0, period 1
-		return 1, 1, 1
-	}
-	x := make([]float64, len(win))
-	for i, s := range win {
-		x[i] = scramble(s)
-	}
-	maxLag := maxLagFor(len(win), cfg)
-	k, a, ok := stats.Period(x, maxLag, cfg.ACFThreshold)
-	if !ok {
-		return 0, 0, 0
-	}
-	if m := matchRate(win, k); m >= cfg.MinMatch {
-		return k, a, m
-	}
-	// A chance correlation of the encoding: try the later lags.
-	all := stats.ACF(x, maxLag)
-	for j := k + 1; j <= maxLag; j++ {
-		if all[j] >= cfg.ACFThreshold {
-			if m := matchRate(win, j); m >= cfg.MinMatch {
-				return j, all[j], m
+	fill := map[int]int{} // call index → placeholders before it
+	for _, idx := range bySeq {
+		slices.SortFunc(idx, func(a, b int) int { return cmpInt64(calls[a].Seq, calls[b].Seq) })
+		for j := 1; j < len(idx); j++ {
+			if gap := calls[idx[j]].Seq - calls[idx[j-1]].Seq - 1; gap > 0 {
+				fill[idx[j]] = int(min(gap, maxGapFill))
 			}
 		}
 	}
-	return 0, 0, 0
+	out := make([]int32, 0, len(win)+len(fill))
+	next := int32(-1)
+	for i := range calls {
+		for range fill[i] {
+			out = append(out, next)
+			next--
+		}
+		out = append(out, win[i])
+	}
+	return out
+}
+
+// detectPeriod returns the recurring period of the window (§4.2), or 0:
+// the first lag whose symbol-exact ACF (stats.SymbolPeriod: the paper's
+// formula on the one-hot encoding of the calls, i.e. the chance-corrected
+// fraction of calls that repeat k calls later) reaches M, computed over
+// the window's recurring calls; negative ids are placeholders for
+// dropped calls (withGaps).
+//
+// Recurring: a call of the iteration occurs in every period, and a period
+// is admissible only when the window holds ≥ 1/(1−M) = 20 of them, so a
+// symbol seen fewer than half as many times as the window holds periods of
+// the longest admissible lag cannot belong to the pattern: it is warm-up
+// (initial broadcasts, a first iteration's bucket rebuild) or an
+// irregular call (logging, a checkpoint barrier). Left in, a rare call is
+// all the variance a near-constant sequence has (one DDP bucket after a
+// warm-up broadcast) and no lag would reach M; it is skipped here as the
+// alignment skips it later. The recurring calls must make up MinMatch of
+// the window, else the window has no pattern worth the name.
+func detectPeriod(win []int32, cfg Config) (p int, acf, match float64) {
+	maxLag := maxLagFor(len(win), cfg)
+	count := map[int32]int{}
+	for _, s := range win {
+		count[s]++
+	}
+	minCount := max(2, (len(win)/maxLag+1)/2)
+	core := make([]int32, 0, len(win))
+	for _, s := range win {
+		if s < 0 || count[s] >= minCount { // placeholders (withGaps) keep the phase
+			core = append(core, s)
+		}
+	}
+	if len(core) < 3 || float64(len(core)) < cfg.MinMatch*float64(len(win)) {
+		return 0, 0, 0
+	}
+	k, a, m, ok := stats.SymbolPeriod(core, maxLagFor(len(core), cfg), cfg.ACFThreshold)
+	if !ok {
+		return 0, 0, 0
+	}
+	return k, a, m
 }
 
 func matchRate(s []int32, k int) float64 {
@@ -325,6 +374,16 @@ func align(syms []int32, ts []int64, tmpl []int32, minMatch float64) alignment {
 		a.iter[i], a.phase[i] = -1, -1
 	}
 	start := findStart(syms, 0, tmpl, minMatch)
+	// Prefer an exact period close after it: warm-up calls drawn from
+	// the steady ones (a first iteration's buckets in another order) can
+	// match MinMatch of a period where one symbol dominates, and an
+	// alignment begun inside the warm-up misplaces the first iterations.
+	if start >= 0 {
+		p := len(tmpl)
+		if e := findStart(syms[:min(n, start+5*p)], start, tmpl, 1); e >= 0 {
+			start = e
+		}
+	}
 	if start < 0 {
 		a.warmup = n
 		return a

@@ -123,7 +123,7 @@ func TestIterationTimesOneCallPerIteration(t *testing.T) {
 }
 
 // 200 distinct calls per iteration: with dense codes as ACF values the
-// ramp gives a false period 1; the scrambled encoding finds 200.
+// ramp gives a false period 1; the symbol-exact ACF finds 200.
 func TestIterationTimesLongDistinctPattern(t *testing.T) {
 	var calls []collective.Call
 	for i := range 60 * 200 {

@@ -1,6 +1,7 @@
 package greyhound
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -115,7 +116,7 @@ func TestJudgeThinComparisonIsLowConfidence(t *testing.T) {
 	cfg := DefaultConfig()
 	plan := PlanValidation([]Group{{Comm: "g", Ranks: []int{0, 1}}}, cfg)
 	v := Judge(plan, results(plan, nil, map[Link]float64{{0, 1}: 5}), cfg)
-	if v.Kind != VerdictSlowLink || v.Confidence != ConfidenceLow || !strings.Contains(v.Text, "fewer than 3 transfers") {
+	if v.Kind != VerdictSlowLink || v.Confidence != ConfidenceLow || !strings.Contains(v.Text, "fewer than 3 links") {
 		t.Fatalf("%+v", v)
 	}
 }
@@ -136,5 +137,27 @@ func TestSlowLimit(t *testing.T) {
 		if got < c.lo-1e-9 || got > c.hi+1e-9 {
 			t.Errorf("%s: limit %.3f, want [%.2f, %.2f]", c.name, got, c.lo, c.hi)
 		}
+	}
+}
+
+// Issue 16, item 5: on a 4-rank ring with rank 2's link throttled, every
+// transfer touching rank 2 is slow — the ring links 1→2 and 2→3 and the
+// tree links 3→2 and 2→0, which run alone in their passes and so formed a
+// reference of their own (×1.00). Judged against the expected rate of the
+// healthy transfers, all four are named, on a quiet and on a noisy host.
+func TestJudgeThrottledRankLinks(t *testing.T) {
+	cfg := DefaultConfig()
+	plan := PlanValidation([]Group{{Comm: "world", Ranks: []int{0, 1, 2, 3}}}, cfg)
+	slow := map[Link]float64{{1, 2}: 27, {2, 3}: 27, {3, 2}: 27, {2, 0}: 27}
+	want := []Link{{1, 2}, {2, 0}, {2, 3}, {3, 2}}
+	check := func(name string, v Verdict) {
+		t.Helper()
+		if v.Kind != VerdictSlowLink || !slices.Equal(v.Links, want) || !strings.Contains(v.Text, "every slow link touches rank 2") {
+			t.Fatalf("%s: %+v", name, v)
+		}
+	}
+	check("quiet", Judge(plan, results(plan, nil, slow), cfg))
+	for seed := uint64(1); seed <= 40; seed++ {
+		check(fmt.Sprintf("noisy seed %d", seed), Judge(plan, noisyResults(plan, seed, nil, slow, seed%2 == 0), cfg))
 	}
 }

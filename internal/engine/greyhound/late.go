@@ -1,47 +1,51 @@
 package greyhound
 
 import (
-	"fmt"
+	"cmp"
 	"slices"
+
+	"github.com/laggard-dev/laggard/internal/signal/collective"
 )
 
 // LateEvidence is what entry lateness (contract §5) says about one rank
 // since the onset: the rank the others wait for.
 type LateEvidence struct {
 	Rank int `json:"rank"`
-	// Instances is how many collective instances since the onset had at
-	// least two members; Last how many of them Rank entered last.
-	Instances int `json:"instances"`
-	Last      int `json:"last"`
-	// Share = Last / Instances.
-	Share float64 `json:"share"`
-	// MarginMS is the median, over the instances Rank entered last, of
-	// its lead over the next-latest member.
-	MarginMS float64 `json:"margin_ms"`
-	// IncreaseMS is the onset's iteration-time increase (0: unknown,
-	// e.g. a manual episode) and Frac = MarginMS / IncreaseMS.
+	// Comm and Op name the collective it is most consistently last into:
+	// Last of its Instances (with ≥ 2 members) since the onset, Share =
+	// Last/Instances, by a median MarginMS over the next-latest member.
+	Comm      string        `json:"comm"`
+	Op        collective.Op `json:"op"`
+	Instances int           `json:"instances"`
+	Last      int           `json:"last"`
+	Share     float64       `json:"share"`
+	MarginMS  float64       `json:"margin_ms"`
+	// WaitMS is what the others spend waiting for it per iteration, over
+	// every collective: the sum of its margins where it entered last, per
+	// iteration of the span they cover. IncreaseMS is the onset's
+	// iteration-time increase (0: no onset, e.g. a manual episode or a
+	// straggler present from the start) and Frac = WaitMS / IncreaseMS
+	// (without an onset, / the iteration time).
+	WaitMS     float64 `json:"wait_ms"`
 	IncreaseMS float64 `json:"increase_ms"`
 	Frac       float64 `json:"frac"`
 }
 
 // LateRank reports the rank that entry lateness singles out since the
-// onset, if one does: it enters last on ≥ LateShare of ≥ LateMinInstances
-// instances, and its median margin is ≥ LateMinFrac of the iteration-time
-// increase (a few microseconds of skew cannot explain a 30% slowdown).
-// Without an onset (a manual episode) every instance counts and the
-// margin must be ≥ 1 ms.
-func LateRank(l *Lateness, onset *ChangePointView, cfg Config) (LateEvidence, bool) {
-	share, minN, frac := cfg.LateShare, cfg.LateMinInstances, cfg.LateMinFrac
-	def := DefaultConfig()
-	if share == 0 {
-		share = def.LateShare
-	}
-	if minN == 0 {
-		minN = def.LateMinInstances
-	}
-	if frac == 0 {
-		frac = def.LateMinFrac
-	}
+// onset, if one does: the rank the others wait for longest, entering last
+// into one collective on ≥ LateShare of ≥ LateMinInstances instances by a
+// median margin ≥ 1 ms, whose wait accounts for a material part of the
+// slowdown — ≥ ExplainFrac of the iteration-time increase after an onset
+// (a few microseconds of skew cannot explain a 30 % slowdown), ≥ VerifyRel
+// of the iteration time without one (a straggler that costs the job a
+// fail-slow's worth although no change was seen: it was there from the
+// start). iterMS is the iteration time without an onset.
+//
+// Lateness is judged per collective (comm, op): a rank late into the
+// first gradient bucket is in step again for the second, and over both it
+// would be last on only half of the instances.
+func LateRank(l *Lateness, onset *ChangePointView, iterMS float64, cfg Config) (LateEvidence, bool) {
+	cfg = cfg.withDefaults()
 	if l == nil || len(l.Ranks) < 2 {
 		return LateEvidence{}, false
 	}
@@ -51,11 +55,21 @@ func LateRank(l *Lateness, onset *ChangePointView, cfg Config) (LateEvidence, bo
 		// The onset's EndNS closes the first slow iteration: instances
 		// ending in it or later are inside the episode.
 		from = onset.EndNS - int64(max(onset.AfterMS, 0)*1e6)
-		inc = onset.AfterMS - onset.BeforeMS
+		inc = max(onset.AfterMS-onset.BeforeMS, 0)
+		iterMS = onset.AfterMS
 	}
-	last := make([]int, len(l.Ranks))
-	margins := make([][]float64, len(l.Ranks))
-	n := 0
+	type key struct {
+		comm string
+		op   collective.Op
+	}
+	type tally struct {
+		n       int
+		last    []int
+		margins [][]float64
+	}
+	byKey := map[key]*tally{}
+	wait := make([]float64, len(l.Ranks))
+	var first, lastEnd int64
 	for _, in := range l.Instances {
 		if in.EndNS < from {
 			continue
@@ -79,65 +93,63 @@ func LateRank(l *Lateness, onset *ChangePointView, cfg Config) (LateEvidence, bo
 		if seen < 2 {
 			continue
 		}
-		n++
-		last[top]++
-		margins[top] = append(margins[top], *in.LateMS[top]-second)
+		k := key{in.Comm, in.Op}
+		t := byKey[k]
+		if t == nil {
+			t = &tally{last: make([]int, len(l.Ranks)), margins: make([][]float64, len(l.Ranks))}
+			byKey[k] = t
+		}
+		t.n++
+		t.last[top]++
+		m := *in.LateMS[top] - second
+		t.margins[top] = append(t.margins[top], m)
+		wait[top] += m
+		if first == 0 || in.EndNS < first {
+			first = in.EndNS
+		}
+		lastEnd = max(lastEnd, in.EndNS)
 	}
-	if n < minN {
+	if len(byKey) == 0 {
 		return LateEvidence{}, false
 	}
 	best := 0
-	for i := range last {
-		if last[i] > last[best] {
+	for i := range wait {
+		if wait[i] > wait[best] {
 			best = i
 		}
 	}
-	e := LateEvidence{Rank: l.Ranks[best], Instances: n, Last: last[best], Share: float64(last[best]) / float64(n),
-		MarginMS: medianSigned(slices.Clone(margins[best])), IncreaseMS: max(inc, 0)}
-	if e.IncreaseMS > 0 {
-		e.Frac = e.MarginMS / e.IncreaseMS
+	e := LateEvidence{Rank: l.Ranks[best], IncreaseMS: inc}
+	// Its most consistent collective (ties: more instances, then names).
+	keys := make([]key, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
 	}
-	ok := e.Share >= share && e.MarginMS >= 1 && (e.IncreaseMS == 0 || e.Frac >= frac)
-	return e, ok
-}
-
-// Combine is the verdict from validation and lateness together. Slow
-// compute or links found by validation come first (§4.3); when validation
-// found every tested GEMM and link healthy and lateness singles out a
-// rank, the cause is on that rank's host side (data loading, CPU, Python),
-// which neither benchmark exercises. Otherwise the validation verdict
-// stands.
-func Combine(j Judgement, late LateEvidence, cfg Config) Verdict {
-	v := j.Verdict
-	if v.Kind != VerdictNone {
-		return v
-	}
-	healthyGEMM := slices.ContainsFunc(j.GEMM, func(g GEMMView) bool { return g.Rank == late.Rank })
-	links := 0
-	for _, l := range j.Links {
-		if l.Src == late.Rank || l.Dst == late.Rank {
-			links++
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.comm, b.comm), cmp.Compare(a.op, b.op)) })
+	for _, k := range keys {
+		t := byKey[k]
+		share := float64(t.last[best]) / float64(t.n)
+		if t.last[best] > 0 && (e.Instances == 0 || share > e.Share || share == e.Share && t.n > e.Instances) {
+			e.Comm, e.Op, e.Instances, e.Last, e.Share = k.comm, k.op, t.n, t.last[best], share
+			e.MarginMS = medianSigned(slices.Clone(t.margins[best]))
 		}
 	}
-	out := Verdict{Kind: VerdictLateRank, Ranks: []int{late.Rank}, Links: []Link{}}
-	out.Text = fmt.Sprintf("rank %d enters collectives %.1f ms late on %.0f%% of %d instances since the onset", late.Rank, late.MarginMS, 100*late.Share, late.Instances)
-	if late.IncreaseMS > 0 {
-		out.Text += fmt.Sprintf(" (%.0f%% of the %.1f ms iteration-time increase)", 100*late.Frac, late.IncreaseMS)
+	// Per iteration: the span the instances cover, in iterations (one more
+	// for the window's edges).
+	if iterMS > 0 {
+		iters := float64(lastEnd-first)/1e6/iterMS + 1
+		e.WaitMS = wait[best] / iters
 	}
 	switch {
-	case healthyGEMM && links > 0:
-		out.Text += fmt.Sprintf("; its compute (GEMM) and %d link(s) validated healthy, so the cause is on its host side (data loading, CPU, Python) — not GPU/CPU compute or network", links)
-	case healthyGEMM:
-		out.Text += "; its compute (GEMM) validated healthy and no link of it was tested, so the cause is on its host side (data loading, CPU, Python) or its network"
-	default:
-		out.Text += "; it was not among the validated ranks, so compute or network on it is not ruled out"
+	case inc > 0:
+		e.Frac = e.WaitMS / inc
+	case iterMS > 0:
+		e.Frac = e.WaitMS / iterMS
 	}
-	// Strength of evidence: a rank last on most instances by a margin
-	// that explains most of the slowdown, after a complete validation.
-	out.Confidence = ConfidenceLow
-	if j.Complete && healthyGEMM && late.Share >= 0.8 && late.Instances >= 4*max(cfg.LateMinInstances, 5) &&
-		(late.IncreaseMS == 0 || late.Frac >= 0.5) {
-		out.Confidence = ConfidenceHigh
+	need := cfg.ExplainFrac
+	if inc == 0 {
+		need = cfg.VerifyRel
 	}
-	return out
+	ok := e.Instances >= cfg.LateMinInstances && e.Share >= cfg.LateShare && e.MarginMS >= 1 &&
+		(iterMS <= 0 || e.Frac >= need)
+	return e, ok
 }

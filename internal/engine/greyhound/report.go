@@ -14,6 +14,12 @@ type Report struct {
 	Controller   ControllerView    `json:"controller"`
 	Validation   []ValidationView  `json:"validation"`
 	Verdict      Verdict           `json:"verdict"`
+	// Incarnation is the launch of a restarted job whose calls the report
+	// reads (-2: all of them), and IncarnationNote says so in words when
+	// the job restarted. The server sets them (docs/design/roles-and-runs.md);
+	// the engine reads whatever calls it is given.
+	Incarnation     int    `json:"incarnation,omitempty"`
+	IncarnationNote string `json:"incarnation_note,omitempty"`
 }
 
 // Telemetry says how much was seen; Limited marks dropped calls or

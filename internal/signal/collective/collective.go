@@ -183,6 +183,10 @@ type Batch struct {
 	// Dropped counts calls lost before this batch (full ring, failed
 	// ship); any drop marks the analysis telemetry-limited.
 	Dropped int64 `json:"dropped,omitempty"`
+	// Incarnation is the job incarnation the sending process belongs to
+	// (docs/design/roles-and-runs.md); nil: the job's newest. The server
+	// stores the batch under it (NamespaceComm).
+	Incarnation *int `json:"incarnation,omitempty"`
 }
 
 // Bounds on stored values, in the spirit of stagevec's (D1, D5): sums and

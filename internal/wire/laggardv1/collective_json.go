@@ -21,11 +21,25 @@ const (
 )
 
 // UnmarshalJSONCollectives decodes a collective.Batch
-// ({"comms":[…],"calls":[…],"dropped":N}) with the API's strict rules
-// (unknown fields, duplicate keys, trailing data are errors) and validates
-// it against the job's world size (0: not known). Errors name the record:
-// calls[3].enter_ns. b is not modified.
+// ({"incarnation":N,"comms":[…],"calls":[…],"dropped":k}) with the API's
+// strict rules (unknown fields, duplicate keys, trailing data are errors)
+// and validates it against the job's world size (0: not known). Errors
+// name the record: calls[3].enter_ns. b is not modified.
 func UnmarshalJSONCollectives(b []byte, world int) (*collective.Batch, error) {
+	return UnmarshalJSONCollectivesAt(b, fixedWorld(world))
+}
+
+// WorldAt returns the world size of the job as incarnation inc saw it
+// (inc < 0: the newest; 0 when not known), or an error naming the field
+// "incarnation" when the job has no such incarnation.
+type WorldAt func(inc int) (int, error)
+
+func fixedWorld(world int) WorldAt { return func(int) (int, error) { return world, nil } }
+
+// UnmarshalJSONCollectivesAt is UnmarshalJSONCollectives validating the
+// batch against the incarnation it names (anywhere in the object: the
+// records are validated once the whole body is read).
+func UnmarshalJSONCollectivesAt(b []byte, at WorldAt) (*collective.Batch, error) {
 	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
 	if err := expectDelim(dec, '{'); err != nil {
 		return nil, err
@@ -53,6 +67,11 @@ func UnmarshalJSONCollectives(b []byte, world int) (*collective.Batch, error) {
 			out.Comms, err = decodeArray[collective.Comm](dec, "comms", MaxBatchComms, nil)
 		case "dropped":
 			err = jsonErr(json.UnmarshalDecode(dec, &out.Dropped, jsonOpts))
+		case "incarnation":
+			var n int
+			if n, err = decodeIncarnation(dec); err == nil && n >= 0 {
+				out.Incarnation = &n
+			}
 		default:
 			err = &signal.FieldError{Field: pathOf(dec.StackPointer()), Msg: "unknown field"}
 		}
@@ -66,10 +85,23 @@ func UnmarshalJSONCollectives(b []byte, world int) (*collective.Batch, error) {
 	if err := expectEOF(dec); err != nil {
 		return nil, err
 	}
-	if err := out.Validate(world); err != nil {
+	return validateAt(&out, at)
+}
+
+// validateAt validates b against the world of the incarnation it names.
+func validateAt(b *collective.Batch, at WorldAt) (*collective.Batch, error) {
+	inc := -1
+	if b.Incarnation != nil {
+		inc = *b.Incarnation
+	}
+	world, err := at(inc)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Validate(world); err != nil {
 		return nil, prefix("", err)
 	}
-	return &out, nil
+	return b, nil
 }
 
 // decodeArray decodes the JSON array of objects at dec's position one

@@ -17,6 +17,12 @@ import (
 // unknown fields rejected, every record validated against world (0: not
 // known), errors naming calls[i].field.
 func UnmarshalProtoCollectives(b []byte, world int) (*collective.Batch, error) {
+	return UnmarshalProtoCollectivesAt(b, fixedWorld(world))
+}
+
+// UnmarshalProtoCollectivesAt is UnmarshalProtoCollectives validating the
+// batch against the incarnation it names.
+func UnmarshalProtoCollectivesAt(b []byte, at WorldAt) (*collective.Batch, error) {
 	for _, f := range []struct {
 		num   int
 		name  string
@@ -38,6 +44,13 @@ func UnmarshalProtoCollectives(b []byte, world int) (*collective.Batch, error) {
 		return nil, unknownField("", u)
 	}
 	out := &collective.Batch{Dropped: pbb.GetDropped()}
+	if pbb.Incarnation != nil {
+		if *pbb.Incarnation > signal.MaxIncarnation {
+			return nil, &signal.FieldError{Field: "incarnation", Msg: fmt.Sprintf("must be in [0, %d], got %d", signal.MaxIncarnation, *pbb.Incarnation)}
+		}
+		n := int(*pbb.Incarnation)
+		out.Incarnation = &n
+	}
 	if len(pbb.Comms) > 0 {
 		out.Comms = make([]collective.Comm, len(pbb.Comms))
 	}
@@ -93,10 +106,7 @@ func UnmarshalProtoCollectives(b []byte, world int) (*collective.Batch, error) {
 			out.Calls[i].Step = pc.GetStep()
 		}
 	}
-	if err := out.Validate(world); err != nil {
-		return nil, prefix("", err)
-	}
-	return out, nil
+	return validateAt(out, at)
 }
 
 // MarshalProtoCollectives is the inverse of UnmarshalProtoCollectives, for
@@ -108,6 +118,9 @@ func MarshalProtoCollectives(b *collective.Batch) ([]byte, error) {
 // CollectivesToProto converts a batch to its protobuf form.
 func CollectivesToProto(b *collective.Batch) *pb.CollectiveBatch {
 	out := &pb.CollectiveBatch{Dropped: b.Dropped, Comms: make([]*pb.Comm, len(b.Comms)), Calls: make([]*pb.Call, len(b.Calls))}
+	if b.Incarnation != nil && *b.Incarnation >= 0 {
+		out.Incarnation = proto.Uint32(uint32(*b.Incarnation))
+	}
 	for i := range b.Comms {
 		c := &b.Comms[i]
 		pc := &pb.Comm{Id: c.ID, Size: int32(c.Size), Rank: int32(c.Rank), CommRank: int32(c.CommRank), Parent: c.Parent, Backend: c.Backend, Host: c.Host}

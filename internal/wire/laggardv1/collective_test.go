@@ -141,6 +141,7 @@ func FuzzCollectiveJSON(f *testing.F) {
 	f.Add(js)
 	f.Add([]byte(`{"calls":null,"comms":[],"dropped":0}`))
 	f.Add([]byte(`{"calls":[{"op":"isend"}]}`))
+	f.Add([]byte(`{"incarnation":3,"calls":[],"incarnation":null}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := UnmarshalJSONCollectives(b, 0)
 		if err != nil {
@@ -163,6 +164,7 @@ func FuzzCollectiveProto(f *testing.F) {
 	f.Add(raw)
 	f.Add([]byte{})
 	f.Add([]byte{0x12, 0x00})
+	f.Add([]byte{0x20, 0xff, 0xff, 0x04}) // incarnation 65535
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := UnmarshalProtoCollectives(b, 0)
 		if err != nil {
@@ -202,4 +204,65 @@ func normalize(b *collective.Batch) *collective.Batch {
 
 func protoMarshal(m interface{ ProtoReflect() protoreflect.Message }) ([]byte, error) {
 	return proto.Marshal(m)
+}
+
+// Issue 16 item 1: a collective batch may name its incarnation, anywhere
+// in the object (JSON) or as field 4 (protobuf); its records are
+// validated against that incarnation's world.
+func TestCollectivesIncarnation(t *testing.T) {
+	at := func(inc int) (int, error) {
+		switch inc {
+		case -1, 1:
+			return 2, nil
+		case 0:
+			return 8, nil
+		}
+		return 0, &signal.FieldError{Field: "incarnation", Msg: "no such incarnation"}
+	}
+	call := `{"rank":5,"comm":"w","seq":0,"op":"AllReduce","bytes":8,"enter_ns":1700000000000000000,"return_ns":1700000000000000010}`
+	for _, c := range []struct {
+		name, body string
+		inc        int
+		field      string
+	}{
+		{"absent: the newest", `{"calls":[]}`, -1, ""},
+		{"first, older world", `{"incarnation":0,"calls":[` + call + `]}`, 0, ""},
+		{"after the calls", `{"calls":[` + call + `],"incarnation":0}`, 0, ""},
+		{"newest world refuses rank 5", `{"calls":[` + call + `],"incarnation":1}`, 0, "calls[0].rank"},
+		{"null", `{"incarnation":null}`, -1, ""},
+		{"unknown", `{"incarnation":7}`, 0, "incarnation"},
+		{"string", `{"incarnation":"0"}`, 0, "incarnation"},
+		{"twice", `{"incarnation":0,"incarnation":0}`, 0, "incarnation"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := UnmarshalJSONCollectivesAt([]byte(c.body), at)
+			if c.field != "" {
+				var fe *signal.FieldError
+				if !errors.As(err, &fe) || !strings.HasPrefix(fe.Field, c.field) {
+					t.Fatalf("err %v; want a field error on %s", err, c.field)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := -1
+			if b.Incarnation != nil {
+				got = *b.Incarnation
+			}
+			if got != c.inc {
+				t.Fatalf("incarnation %d, want %d", got, c.inc)
+			}
+			if got >= 0 {
+				raw, err := MarshalProtoCollectives(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pb, err := UnmarshalProtoCollectivesAt(raw, at)
+				if err != nil || pb.Incarnation == nil || *pb.Incarnation != got {
+					t.Fatalf("protobuf round trip: %+v %v", pb, err)
+				}
+			}
+		})
+	}
 }

@@ -35,7 +35,7 @@ func main() {
 	acfIters := flag.Int("acf-iters", 400, "iterations per rank in the ACF evaluation")
 	abl := flag.Int("ablation", 60, "series per class in the nuisance ablation (0: skip)")
 	real := flag.String("real", "eval/greyhound/results/real", "directory of recorded runs (realrun.py) to score; empty: skip")
-	sw := flag.String("sweep", "3,5,7,10,12,15,20,5n,10n,15n,10@10,10@30", "BOCD+V verification settings to sweep: W, Wn (no hold test), W@S (wall floor S seconds); empty: skip")
+	sw := flag.String("sweep", "3,5,7,10,12,15,20,10n,10@30,10~1e-4,10~1e-5,10~1e-7,5~0,10~0,12~0,15~0,20~0,10n~0,10@30~0", "BOCD+V verification settings to sweep: W, Wn (no hold test), W@S (wall floor S seconds), W~α (the noise-aware test's α; ~0 off); empty: skip")
 	flag.Parse()
 	ws, err := parseWs(*sw)
 	if err == nil {

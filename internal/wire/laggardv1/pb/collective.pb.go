@@ -33,7 +33,11 @@ type CollectiveBatch struct {
 	Comms []*Comm                `protobuf:"bytes,1,rep,name=comms,proto3" json:"comms,omitempty"`
 	Calls []*Call                `protobuf:"bytes,2,rep,name=calls,proto3" json:"calls,omitempty"`
 	// Calls the capturer lost before this batch (full ring, failed ship).
-	Dropped       int64 `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	Dropped int64 `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// The job incarnation the sending process belongs to, from the job
+	// registration and rank join answers (docs/design/roles-and-runs.md);
+	// absent: the job's newest.
+	Incarnation   *uint32 `protobuf:"varint,4,opt,name=incarnation,proto3,oneof" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -85,6 +89,13 @@ func (x *CollectiveBatch) GetCalls() []*Call {
 func (x *CollectiveBatch) GetDropped() int64 {
 	if x != nil {
 		return x.Dropped
+	}
+	return 0
+}
+
+func (x *CollectiveBatch) GetIncarnation() uint32 {
+	if x != nil && x.Incarnation != nil {
+		return *x.Incarnation
 	}
 	return 0
 }
@@ -375,11 +386,13 @@ var File_laggard_v1_collective_proto protoreflect.FileDescriptor
 const file_laggard_v1_collective_proto_rawDesc = "" +
 	"\n" +
 	"\x1blaggard/v1/collective.proto\x12\n" +
-	"laggard.v1\"{\n" +
+	"laggard.v1\"\xb2\x01\n" +
 	"\x0fCollectiveBatch\x12&\n" +
 	"\x05comms\x18\x01 \x03(\v2\x10.laggard.v1.CommR\x05comms\x12&\n" +
 	"\x05calls\x18\x02 \x03(\v2\x10.laggard.v1.CallR\x05calls\x12\x18\n" +
-	"\adropped\x18\x03 \x01(\x03R\adropped\"\xbb\x01\n" +
+	"\adropped\x18\x03 \x01(\x03R\adropped\x12%\n" +
+	"\vincarnation\x18\x04 \x01(\rH\x00R\vincarnation\x88\x01\x01B\x0e\n" +
+	"\f_incarnation\"\xbb\x01\n" +
 	"\x04Comm\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x05R\x04size\x12\x12\n" +
@@ -447,6 +460,7 @@ func file_laggard_v1_collective_proto_init() {
 	if File_laggard_v1_collective_proto != nil {
 		return
 	}
+	file_laggard_v1_collective_proto_msgTypes[0].OneofWrappers = []any{}
 	file_laggard_v1_collective_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
