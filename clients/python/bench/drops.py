@@ -1,0 +1,246 @@
+#!/usr/bin/python3
+"""Vector drops and the training thread's cost per step at high step rates,
+against a real `laggard serve` (issue 16 item 3).
+
+    go build -o /tmp/laggard ./cmd/laggard
+    flock /work/wt/heavy.lock /usr/bin/python3 clients/python/bench/drops.py --laggard /tmp/laggard \
+        [--rates 1000,10000] [--ranks 1,8] [--seconds 10] [--busy 0.1] [--client DIR ...]
+
+Each configuration starts `ranks` processes (one per rank, as torchrun
+does) that run a paced loop of `rate` steps/s for `seconds`: every step is
+a `perf.step()` with five timed stages; `busy` of the step period is
+pure-Python work spread over the stages (it holds the interpreter lock, as
+model code does), the rest of the period the thread sleeps (releasing it,
+as a thread waiting for the GPU does). At the end each rank calls
+close(30), so what is still queued is shipped, not counted as a drop.
+
+Reported per configuration and client copy (--client, repeatable: e.g. the
+previous release's clients/python and this one):
+  steps/s   achieved per rank (the loop falls behind when the CPU is short)
+  offered   vectors the ranks produced; stored: what the server holds
+            (GET /api/v1/jobs/{id}); drop%: 1 - stored/offered
+  ovh mean / p99  the training thread's cost per step in µs: the time of the
+            step block minus the work timed inside its stages, less the
+            same figure for a loop with no client (the clock reads)
+Run it under the machine-wide lock and note the load beside the figures.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STAGES = ("data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "callbacks.cpu_wall",
+          "optim.step_cpu_wall")
+
+
+def spin(n):
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+
+def calibrate_spin(seconds):
+    """Iterations of spin() that take about `seconds`."""
+    n = 2000
+    for _ in range(3):
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            spin(n)
+            best = min(best, time.perf_counter() - t)
+        n = max(1, int(n * seconds / max(best, 1e-9)))
+    return n
+
+
+class _Nothing:
+    def step(self):
+        return self
+
+    def stage(self, name):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def close(self, timeout=0):
+        return True
+
+    def stats(self):
+        return {}
+
+
+def worker(a):
+    """One rank: the paced loop; prints one JSON line of results."""
+    try:  # sleeps of ~100 µs need the default 50 µs timer slack gone
+        ctypes.CDLL(None).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK
+    except Exception:
+        pass
+    if a.client != "none":
+        sys.path.insert(0, a.client)
+        import laggard
+        perf = laggard.Perf(server=a.url, job=a.job, rank=a.rank, world_size=a.world, capture=False, env=False,
+                            **json.loads(a.perf_args or "{}"))
+    else:
+        perf = _Nothing()
+    period = 1.0 / a.rate
+    k = calibrate_spin(period * a.busy / len(STAGES)) if a.busy > 0 else 0
+    now = time.perf_counter_ns
+    over = []
+    n = int(a.rate * a.seconds)
+    t_start = time.perf_counter()
+    nxt = t_start
+    stage = perf.stage
+    for _ in range(n):
+        w = 0
+        t0 = now()
+        with perf.step():
+            for s in STAGES:
+                with stage(s):
+                    u = now()
+                    if k:
+                        spin(k)
+                    w += now() - u
+        over.append(now() - t0 - w)
+        nxt += period
+        d = nxt - time.perf_counter()
+        if d > 0:
+            time.sleep(d)
+    took = time.perf_counter() - t_start
+    t = time.perf_counter()
+    perf.close(30)
+    close_s = time.perf_counter() - t
+    st = perf.stats()
+    over.sort()
+    warm = min(len(over) // 10, 1000)  # thread start and registration are not the steady state
+    body = over[warm:] if len(over) > warm else over
+    print(json.dumps({"steps": n, "rate": n / took, "close_s": close_s, "sent": st.get("sent", 0),
+                      "dropped": st.get("dropped", 0), "errors": st.get("errors", 0), "last_error": st.get("last_error"),
+                      "ovh_mean": sum(body) / len(body) / 1e3, "ovh_p99": body[int(0.99 * (len(body) - 1))] / 1e3}),
+          flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def start_server(binary, data):
+    port = free_port()
+    log = open(os.path.join(data, "serve.log"), "w")
+    p = subprocess.Popen([binary, "serve", "-addr", "127.0.0.1:%d" % port, "-data", os.path.join(data, "store"),
+                          "-kair-trigger", "off", "-greyhound-interval", "0", "-log-level", "warn"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    url = "http://127.0.0.1:%d" % port
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=1).read()
+            return p, url
+        except Exception:
+            time.sleep(0.05)
+    p.kill()
+    raise SystemExit("laggard serve did not come up (see %s)" % log.name)
+
+
+def stored(url, job):
+    try:
+        with urllib.request.urlopen("%s/api/v1/jobs/%s" % (url, job), timeout=10) as r:
+            return json.loads(r.read())["vectors"]
+    except Exception:
+        return 0
+
+
+def run_config(a, url, client, rate, ranks, tag):
+    job = "drops-%s-%d-%d-%d" % (tag, rate, ranks, os.getpid())
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--url", url, "--job", job, "--world", str(ranks),
+           "--rate", str(rate), "--seconds", str(a.seconds), "--busy", str(a.busy), "--client", client]
+    if a.perf_args:
+        cmd += ["--perf-args", a.perf_args]
+    procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, text=True) for r in range(ranks)]
+    res = []
+    for p in procs:
+        out, _ = p.communicate()
+        lines = [x for x in out.splitlines() if x.startswith("{")]
+        if p.returncode != 0 or not lines:
+            raise SystemExit("worker failed (rc %d): %s" % (p.returncode, out[-2000:]))
+        res.append(json.loads(lines[-1]))
+    time.sleep(0.5)  # the server answers after commit; a last look for late batches
+    offered = sum(r["steps"] for r in res)
+    got = stored(url, job) if client != "none" else 0
+    return {"rate": sum(r["rate"] for r in res) / len(res), "offered": offered, "stored": got,
+            "dropped": sum(r["dropped"] for r in res), "errors": sum(r["errors"] for r in res),
+            "ovh_mean": sum(r["ovh_mean"] for r in res) / len(res), "ovh_p99": max(r["ovh_p99"] for r in res),
+            "close_s": max(r["close_s"] for r in res),
+            "last_error": next((r["last_error"] for r in res if r.get("last_error")), "")}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--laggard", help="the laggard binary (go build ./cmd/laggard)")
+    ap.add_argument("--rates", default="1000,10000")
+    ap.add_argument("--ranks", default="1,8")
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--busy", type=float, default=0.1, help="fraction of each step spent in pure-Python work")
+    ap.add_argument("--client", action="append", help="a clients/python directory (repeatable); default: this one")
+    ap.add_argument("--perf-args", help="JSON of extra laggard.Perf keywords (experiments: queue_size, batch_size)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    ap.add_argument("--job", help=argparse.SUPPRESS)
+    ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--world", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--rate", type=float, default=1000, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        a.client = a.client[0] if a.client else os.path.join(HERE, "..")
+        worker(a)
+        return
+    if not a.laggard:
+        ap.error("--laggard BINARY is required")
+    clients = a.client or [os.path.join(HERE, "..")]
+    data = tempfile.mkdtemp(prefix="laggard-drops-")
+    srv, url = start_server(a.laggard, data)
+    try:
+        print("load: %s" % open("/proc/loadavg").read().strip())
+        print("%ds per run, busy %.0f%% of each step; ovh = training-thread µs per step beyond a loop without "
+              "the client" % (a.seconds, a.busy * 100))
+        print("%-28s %6s %5s %9s %9s %9s %7s %8s %8s %7s" % (
+            "client", "rate", "ranks", "steps/s", "offered", "stored", "drop%", "ovh mean", "ovh p99", "close s"))
+        for rate in [int(x) for x in a.rates.split(",")]:
+            for ranks in [int(x) for x in a.ranks.split(",")]:
+                base = run_config(a, url, "none", rate, ranks, "none")
+                for i, c in enumerate(clients):
+                    r = run_config(a, url, os.path.abspath(c), rate, ranks, "c%d" % i)
+                    name = os.path.abspath(c)
+                    name = name if len(name) <= 28 else "…" + name[-27:]
+                    print("%-28s %6d %5d %9.0f %9d %9d %6.2f%% %8.2f %8.2f %7.2f" % (
+                        name, rate, ranks, r["rate"], r["offered"], r["stored"],
+                        100.0 * (1 - r["stored"] / max(1, r["offered"])), r["ovh_mean"] - base["ovh_mean"],
+                        r["ovh_p99"] - base["ovh_p99"], r["close_s"]), flush=True)
+                    if r["errors"]:
+                        print("    %d errors, e.g. %s" % (r["errors"], r["last_error"][:150]))
+                print("%-28s %6d %5d %9.0f %9s %9s %7s %8.2f %8.2f   (no client: raw figures)" % (
+                    "(none)", rate, ranks, base["rate"], "", "", "", base["ovh_mean"], base["ovh_p99"]), flush=True)
+        print("load: %s" % open("/proc/loadavg").read().strip())
+    finally:
+        srv.terminate()
+        srv.wait()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
