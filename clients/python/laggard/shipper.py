@@ -177,13 +177,15 @@ def _yield_gil():
 
 
 class _Counts:
-    """Cumulative counters of one (job, rank, kind) stream of this process,
-    shared by successive Shippers (a trainer that builds a Perf per fit())."""
+    """The cumulative counters of one (job, rank, kind) stream of this
+    process for one incarnation, carried over between successive Shippers
+    (a trainer that builds a Perf per fit())."""
 
-    __slots__ = ("offered", "sent", "acked", "dropped", "refused")
+    __slots__ = ("offered", "sent", "acked", "dropped", "refused", "incarnation")
 
     def __init__(self):
         self.offered = self.sent = self.acked = self.dropped = self.refused = 0
+        self.incarnation = None
 
 
 _streams = {}
@@ -197,6 +199,42 @@ def _stream(job, rank, kind):
         if c is None:
             c = _streams[key] = _Counts()
         return c
+
+
+class _Tally:
+    """A stream's counters as the server gets them: a base (what earlier
+    Shippers of this process counted for the same incarnation) plus this
+    Shipper's own, as (offered, sent, acked, dropped, refused). When the
+    server answers another incarnation, the counters start again for it,
+    carrying over only what the client still holds (it goes there)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.base = (stream.offered, stream.sent, stream.acked, stream.dropped, stream.refused)
+        self.inc = stream.incarnation
+
+    def totals(self, own):
+        return tuple(b + o for b, o in zip(self.base, own))
+
+    def check(self, inc, own):
+        if inc == self.inc:
+            return
+        t = self.totals(own)
+        held = t[0] - t[2] - t[3] - t[4]
+        self.base = (held - own[0], -own[1], -own[2], -own[3], -own[4])
+        self.inc = inc
+
+    def fold(self, own):
+        s = self.stream
+        s.offered, s.sent, s.acked, s.dropped, s.refused = self.totals(own)
+        s.incarnation = self.inc
+
+    def report(self, rank, own, final=False):
+        t = self.totals(own)
+        d = {"rank": rank, "offered": t[0], "sent": t[1], "acked": t[2], "dropped": t[3], "refused": t[4]}
+        if final:
+            d["final"] = True
+        return d
 
 
 def refused_cells(err, n):
@@ -281,10 +319,8 @@ class Shipper:
         self._retry_at = 0.0  # no request before this (backoff, Retry-After)
         self._stop_failures = 0  # failed requests since close() was called
         rank = rank_info.get("rank", 0)
-        self._vcounts = _stream(job.get("id"), rank, "vectors")
-        self._ccounts = _stream(job.get("id"), rank, "collectives")
-        self._vbase = (self._vcounts.offered, self._vcounts.sent, self._vcounts.acked, self._vcounts.dropped,
-                       self._vcounts.refused)
+        self._vtally = _Tally(_stream(job.get("id"), rank, "vectors"))
+        self._ctally = _Tally(_stream(job.get("id"), rank, "collectives"))
         # Collective calls (laggard.collectives.Capture) and validation
         # (laggard.validation.Validator) ride on this thread too; see _side().
         self._coll = None
@@ -322,8 +358,6 @@ class Shipper:
         if collectives is not None:
             if callable(getattr(self._sink, "send_collectives", None)):
                 self._coll = collectives
-                self._cbase = (self._ccounts.offered, self._ccounts.sent, self._ccounts.acked,
-                               self._ccounts.dropped, self._ccounts.refused)
             else:
                 log.info("laggard: this sink cannot take collective calls; they are not shipped")
         if validator is not None and callable(getattr(self._sink, "poll_validation", None)):
@@ -575,23 +609,31 @@ class Shipper:
         if getattr(self, "_folded", False):
             return
         self._folded = True
-        vc = self._vcounts
-        vc.offered = self._vbase[0] + self._popped + len(self._dq) + self.qfull_drops
-        vc.sent = self._vbase[1] + self._posted
-        vc.acked = self._vbase[2] + self.sent
-        vc.dropped = self._vbase[3] + self.qfull_drops + self.ship_drops
-        vc.refused = self._vbase[4] + self.refused
+        self._vtally.fold(self._vown())
+        if self._coll is not None:
+            self._ctally.fold(self._cown())
+
+    def _vown(self):
+        """This shipper's own vector counts: offered, sent, acked, dropped,
+        refused."""
+        return (self._popped + len(self._dq) + self.qfull_drops, self._posted, self.sent,
+                self.qfull_drops + self.ship_drops, self.refused)
+
+    def _cown(self):
         c = self._coll
-        if c is not None:
-            cc, b = self._ccounts, self._cbase
-            cc.offered = b[0] + c.captured + c.qfull_drops
-            cc.sent = b[1] + self._coll_posted
-            cc.acked = b[2] + self.coll_sent
-            cc.dropped = b[3] + self.coll_drops + c.qfull_drops
-            cc.refused = b[4] + self.coll_refused
+        return (c.captured + c.qfull_drops, self._coll_posted, self.coll_sent, self.coll_drops + c.qfull_drops,
+                self.coll_refused)
 
     def _vcounts_offered(self):
-        return self._vbase[0] + self._popped + len(self._dq) + self.qfull_drops
+        return self._vtally.totals(self._vown())[0]
+
+    def _registered_as(self):
+        """After a registration: the counters follow the incarnation the
+        server answered."""
+        inc = getattr(self._sink, "incarnation", None)
+        self._vtally.check(inc, self._vown())
+        if self._coll is not None:
+            self._ctally.check(inc, self._cown())
 
     def _client(self, final):
         """The stream's counters as the server gets them with a batch
@@ -601,13 +643,7 @@ class Shipper:
         (queue full, failed requests, close's deadline); refused — refused
         by the server one by one. offered - acked - dropped - refused is
         what the client still held, this batch included."""
-        b = self._vbase
-        d = {"rank": self._rank_info.get("rank", 0), "offered": self._vcounts_offered(),
-             "sent": b[1] + self._posted, "acked": b[2] + self.sent,
-             "dropped": b[3] + self.qfull_drops + self.ship_drops, "refused": b[4] + self.refused}
-        if final:
-            d["final"] = True
-        return d
+        return self._vtally.report(self._rank_info.get("rank", 0), self._vown(), final)
 
     # --- collectives and validation (shipper thread) -----------------------
     def _side_idle(self):
@@ -684,10 +720,7 @@ class Shipper:
 
     def _coll_client(self):
         """_client() for collective calls (this batch is in `sent`)."""
-        c, b = self._coll, self._cbase
-        return {"rank": self._rank_info.get("rank", 0), "offered": b[0] + c.captured + c.qfull_drops,
-                "sent": b[1] + self._coll_posted, "acked": b[2] + self.coll_sent,
-                "dropped": b[3] + self.coll_drops + c.qfull_drops, "refused": b[4] + self.coll_refused}
+        return self._ctally.report(self._rank_info.get("rank", 0), self._cown())
 
     def _ship_collectives(self):
         c = self._coll
@@ -1028,6 +1061,7 @@ class Shipper:
             try:
                 self._sink.register(self._job, self._rank_info)
                 self._registered = True
+                self._registered_as()
                 self._backoff = _MIN_BACKOFF_S
                 self._cbackoff = _CONFLICT_MIN_S
                 if self._reg_refused:
