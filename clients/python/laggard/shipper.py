@@ -45,6 +45,12 @@ _MIN_BACKOFF_S = 0.2
 _MAX_BACKOFF_S = 5.0
 _SLICE_VECTORS = 16  # vectors encoded per hold of the GIL (~40-90 µs; a 256-vector batch took ~2 ms)
 _SLICE_S = 0.0001  # and a slice ends after this long anyway (a slow or busy CPU)
+# A queue a quarter full means the shipper is falling behind and drops are
+# near: slices then grow (a GIL hold of at most ~0.4 ms instead of ~0.1 ms)
+# so that fewer yields — each a trip through the scheduler, milliseconds on
+# a busy machine — are spent per vector. Issue 16 item 3, bench/drops.py.
+_SLICE_VECTORS_BEHIND = 64
+_SLICE_S_BEHIND = 0.0004
 _YIELD_S = 0.0002  # the pause between slices that lets the training thread take the GIL
 _MAX_PAUSE_S = 10.0  # cap on a server's Retry-After
 _CONFLICT_MIN_S = 1.0  # a refused registration (409) is tried again after 0.5-1 s,
@@ -478,15 +484,19 @@ class Shipper:
             if dq and len(batch) < self._batch_size and self._bbytes < self._max_bytes:
                 if not batch:
                     deadline = time.monotonic() + self._flush_interval
-                end = clock() + _SLICE_S
+                if 4 * len(dq) < self._maxsize:
+                    most, end = _SLICE_VECTORS, clock() + _SLICE_S
+                else:
+                    most, end = _SLICE_VECTORS_BEHIND, clock() + _SLICE_S_BEHIND
                 size = 0
-                while dq and len(batch) < self._batch_size:
+                room = self._max_bytes - self._bbytes
+                while dq and len(batch) < self._batch_size and size < room:
                     v = enc(dq.popleft())
                     if v is not None:
                         batch.append(v)
-                        size += len(v) if type(v) is str else 200
+                        size += len(v) + 1 if type(v) is str else 200  # with its comma
                     n += 1
-                    if n >= _SLICE_VECTORS or clock() >= end:
+                    if n >= most or (not n & 3 and clock() >= end):
                         break
                 self._popped += n
                 self._bbytes += size
@@ -535,24 +545,26 @@ class Shipper:
                 self._wake.wait(wait)
 
     def _adapt(self, n, full):
-        """Issue 16 item 3: batch before dropping. A whole batch already
-        waiting behind the one just shipped means requests (a slow server,
-        a high step rate) cannot keep up at this size: double it, up to the
-        queue size and _MAX_BATCH_VECTORS (max_batch_bytes bounds each
-        batch's JSON as it is built). A batch that went out part-full with
-        little waiting means the shipper caught up: halve it back towards
-        the configured size, so batches stay small (and little is held)
-        when the rate is modest. Issue 16 item 3; bench/drops.py measures
-        it against a real server."""
+        """Issue 16 item 3: batch before dropping. A full batch shipped with
+        half a batch or more already waiting behind it means requests (a
+        slow server, a high step rate) cannot keep up at this size: grow it
+        at once to twice that backlog (rounded up to a power of two), up to
+        the queue size and _MAX_BATCH_VECTORS — max_batch_bytes bounds each
+        batch's JSON as it is built. A backlog under an eighth of the queue
+        is a burst the next request clears, and no reason. A batch that went
+        out a quarter full or less, with little waiting, means the rate
+        fell: halve back towards the configured size, so batches (and what a
+        killed process loses) stay small when the rate is modest.
+        bench/drops.py measures it against a real server."""
         bs = self._batch_size
         backlog = len(self._dq)
-        # A burst that one more request clears is no reason: the backlog must
-        # also hold an eighth of the queue (drops start when it is full).
-        if (full and backlog >= bs and backlog >= self._maxsize // 8 and bs < self._max_batch
-                and self._bbytes < self._max_bytes):
-            self._batch_size = min(self._max_batch, bs * 2)
+        if full and 2 * backlog >= bs and backlog >= self._maxsize // 8 and bs < self._max_batch:
+            want = bs * 2
+            while want < 2 * backlog:
+                want *= 2
+            self._batch_size = min(self._max_batch, want)
             self.batch_grown += 1
-        elif not full and backlog < bs // 4 and bs > self._base_batch:
+        elif not full and 4 * n <= bs and 4 * backlog < bs and bs > self._base_batch:
             self._batch_size = max(self._base_batch, bs // 2)
 
     def _encode_one(self, item):
@@ -1015,16 +1027,27 @@ class Shipper:
                         self._unreported = pending
                         return
                     continue
+                if e.status == 413 and len(batch) > 1:
+                    # Too large for this server: lower the ceiling and send
+                    # this batch again in halves (each may be halved again),
+                    # rather than drop it.
+                    h = len(batch) // 2
+                    self._max_batch = max(1, min(self._max_batch, h))
+                    self._batch_size = min(self._batch_size, self._max_batch)
+                    self._base_batch = min(self._base_batch, self._batch_size)
+                    self._posted -= len(batch)  # counted again as the halves go out
+                    self._unreported = pending
+                    self._ship(batch[:h])
+                    self._ship(batch[h:], final)
+                    return
                 fatal = e.status in _FATAL
                 self._drop(batch, pending, str(e), quiet=fatal or e.status == 409)
                 if e.status == 404:  # server forgot the job (restart): register again
                     self._registered = False
                 elif e.status == 429 or e.status == 503:
                     self._failed(e.retry_after if e.retry_after else 1.0)  # queue keeps filling, drops are counted
-                elif e.status == 413:  # too large: smaller batches from now on
-                    self._max_batch = max(1, min(self._max_batch, len(batch)) // 2)
-                    self._batch_size = max(1, min(self._batch_size, self._max_batch))
-                    self._base_batch = min(self._base_batch, self._batch_size)
+                elif e.status == 413:  # a single vector too large: dropped, counted
+                    pass
                 elif fatal:  # a refused token cannot heal by retrying
                     self._give_up(e)
                 elif e.status == 409:
