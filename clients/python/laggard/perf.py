@@ -945,13 +945,14 @@ class Perf:
         sh = self._shipper
         if sh is None:
             return None
-        sh.begin_close(deadline)
+        sh.begin_close(deadline, signal_safe=True)
         return sh.join
 
     def _hurry(self):
+        # laggard.shutdown.hurry(): from a signal handler or its watcher thread
         sh = self._shipper
         if sh is not None and not self._closed:
-            sh.hurry()
+            sh.hurry(signal_safe=True)
 
 
 class NullPerf:

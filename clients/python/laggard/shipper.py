@@ -296,8 +296,11 @@ class Shipper:
         self._bbytes = 0  # JSON bytes of the batch being built
         self._flush_interval = flush_interval
         self._poll = min(0.05, max(0.001, flush_interval))
-        self._stop = threading.Event()
-        self._wake = threading.Event()  # close() and hurry() cut a wait short
+        # A plain flag, not an Event: Event.set() takes a lock, and a signal
+        # handler that interrupted its holder on the same thread would wait
+        # for it forever (signal_safe below).
+        self._stopping = False
+        self._wake = threading.Event()  # close() and hurry() cut a wait short (off a signal)
         self._hurry = False  # ship what is held now (a signal the program handles)
         self._close_by = None  # monotonic deadline set by close()
         self._rand = random.Random()
@@ -382,16 +385,19 @@ class Shipper:
         return True
 
     # --- any thread ------------------------------------------------------
-    def hurry(self):
-        """Ship what is held now, without waiting for the flush interval
-        (never blocks; safe from a signal handler)."""
+    def hurry(self, signal_safe=False):
+        """Ship what is held now, without waiting for the flush interval.
+        Never blocks. signal_safe: called from a signal handler or while the
+        training thread may be stopped anywhere — only flags are set (no
+        lock is taken); the shipper notices within its poll (<= 50 ms)."""
         self._hurry = True
-        self._wake.set()
+        if not signal_safe:
+            self._wake.set()
 
-    def begin_close(self, deadline):
+    def begin_close(self, deadline, signal_safe=False):
         """Starts the final flush: what is queued ships, and nothing runs
-        past deadline (time.monotonic()). Returns at once; safe from a
-        signal handler or another thread (it takes no lock)."""
+        past deadline (time.monotonic()). Returns at once; signal_safe as
+        for hurry()."""
         # The shipper's own deadline is a little earlier, so that it has
         # finished (and the sink is closed) when join() gives up.
         left = max(0.0, deadline - time.monotonic())
@@ -405,8 +411,9 @@ class Shipper:
                 cap(by)  # a request in flight ends by then too
             except Exception:
                 pass
-        self._stop.set()
-        self._wake.set()
+        self._stopping = True
+        if not signal_safe:
+            self._wake.set()
 
     def join(self, deadline):
         """Waits for the shipper thread until deadline; True if it
@@ -479,7 +486,7 @@ class Shipper:
         deadline = 0.0
         while True:
             self._wake.clear()
-            stopping = self._stop.is_set()
+            stopping = self._stopping
             n = 0
             if dq and len(batch) < self._batch_size and self._bbytes < self._max_bytes:
                 if not batch:
@@ -710,7 +717,7 @@ class Shipper:
             for vid, body in v.take_results():
                 self._vres.append([vid, body, 0])
             if self._vres and now >= self._retry_at and self._registered:
-                self._post_results(self._stop.is_set())
+                self._post_results(self._stopping)
                 busy = True
             elif (not stopping and not self._val_dead and self._registered and v.pollable and now >= self._val_next
                   and now >= self._retry_at):
@@ -926,7 +933,7 @@ class Shipper:
         """Backs off after a failed request: exponential with jitter (so
         ranks that failed together do not retry together), or the server's
         Retry-After."""
-        if self._stop.is_set():
+        if self._stopping:
             self._stop_failures += 1
         if pause is None:
             pause = self._backoff * self._rand.uniform(0.5, 1.0)
@@ -939,7 +946,7 @@ class Shipper:
         """After a 409 that retrying soon cannot heal: 0.5-1 s, doubling to
         a minute, jittered — the registration is tried again (a new
         incarnation may fit), never given up."""
-        if self._stop.is_set():
+        if self._stopping:
             self._stop_failures += 1
         pause = self._cbackoff * self._rand.uniform(0.5, 1.0)
         self._cbackoff = min(self._cbackoff * 2, _CONFLICT_MAX_S)
@@ -1094,9 +1101,9 @@ class Shipper:
                 return None
             except ShipError as e:
                 err = e
-                if e.permanent or self._stop.is_set() or e.timed_out:
+                if e.permanent or self._stopping or e.timed_out:
                     break  # a server that timed out once will not answer in 50 ms
-                self._stop.wait(0.05 * (i + 1) * self._rand.uniform(0.5, 1.0))
+                self._wake.wait(0.05 * (i + 1) * self._rand.uniform(0.5, 1.0))
             except Exception as e:
                 err = ShipError("%s: %s" % (type(e).__name__, e))
                 break

@@ -52,7 +52,7 @@ timeout = 2.0  # seconds; config.DEFAULT_SHUTDOWN_TIMEOUT, set by configure()
 enabled_signals = True
 
 _pid = os.getpid()
-_hooks = []  # (key, flush, hurry, on_signal, weak): functions or weak methods
+_hooks = ()  # (key, flush, hurry, on_signal, weak): functions or weak methods; replaced whole
 _hooks_lock = threading.Lock()
 _installed = {}  # signum -> (our handler, previous handler)
 _dying = threading.Lock()  # held by whoever flushes for a terminating signal
@@ -91,22 +91,25 @@ def register(flush, hurry=None, on_signal=False, weak=False):
     thread takes and touch nothing the training thread may be changing.
     weak=True holds bound methods weakly (their object may go away).
     Returns a key for unregister()."""
+    global _hooks
     key = object()
     refs = [weakref.WeakMethod(f) if weak and f is not None else f for f in (flush, hurry)]
-    with _hooks_lock:
-        _hooks.append((key, refs[0], refs[1], bool(on_signal), bool(weak)))
+    with _hooks_lock:  # writers only: readers take the current tuple without a lock
+        _hooks = _hooks + ((key, refs[0], refs[1], bool(on_signal), bool(weak)),)
     return key
 
 
 def unregister(key):
+    global _hooks
     with _hooks_lock:
-        _hooks[:] = [h for h in _hooks if h[0] is not key]
+        _hooks = tuple(h for h in _hooks if h[0] is not key)
 
 
 def _live(from_signal, which):
+    # No lock: a signal handler may have interrupted register() on the
+    # same thread; the tuple is replaced whole, never changed in place.
     out = []
-    with _hooks_lock:
-        hooks = list(_hooks)
+    hooks = _hooks
     for _key, flush, hurry_, on_sig, weak in hooks:
         if which == 1 and from_signal and not on_sig:
             continue
@@ -344,10 +347,10 @@ def _after_fork_child():
     """A forked child has none of its parent's shippers: drop their hooks,
     give the signals back their previous handlers and the wakeup fd back to
     no one, so the child ends exactly as it would without laggard."""
-    global _pid, _dying, _watcher, _wake_r, _wake_w, _hooks_lock
+    global _pid, _dying, _watcher, _wake_r, _wake_w, _hooks_lock, _hooks
     _pid = os.getpid()
     _hooks_lock = threading.Lock()
-    _hooks[:] = []
+    _hooks = ()
     _dying = threading.Lock()
     _flusher[0] = None
     _main_signals[0] = 0
