@@ -153,12 +153,16 @@ def from_env(environ=None):
             c["job"] = v
         else:
             _bad("LAGGARD_JOB", v, "a job id must match %s" % JOB_ID_RE.pattern, "deriving the job id instead")
-    v = get("LAGGARD_RUN_ID")
-    if v:
-        if len(v.encode("utf-8")) <= MAX_RUN_ID:
-            c["run_id"] = v
+    for name, key, most, fallback in (("LAGGARD_RUN_ID", "run_id", MAX_RUN_ID, "deriving the run id instead"),
+                                      ("LAGGARD_INCARNATION", "incarnation", MAX_IDENT,
+                                       "deriving it from the launcher instead")):
+        v = get(name)
+        if not v:
+            continue
+        if len(v.encode("utf-8")) <= most:
+            c[key] = v
         else:
-            _bad("LAGGARD_RUN_ID", v, "longer than %d bytes" % MAX_RUN_ID, "deriving the run id instead")
+            _bad(name, v, "longer than %d bytes" % most, fallback)
     v = get("LAGGARD_OUT")
     if v:
         c["out"] = v
@@ -189,53 +193,36 @@ def from_env(environ=None):
     v = get("LAGGARD_TOKEN")
     if v:
         c["token"] = v  # never logged
-    for name, key in (("LAGGARD_COLLECTIVES", "collectives"), ("LAGGARD_VALIDATION", "validation"),
-                      ("LAGGARD_CAPTURE", "capture")):
+    for name, key, fallback in (("LAGGARD_COLLECTIVES", "collectives", "left off"),
+                                ("LAGGARD_VALIDATION", "validation", "left off"),
+                                ("LAGGARD_CAPTURE", "capture", "left off"),
+                                ("LAGGARD_SIGNALS", "signals", "signal handlers stay on")):
         v = get(name)
         if v is None:
             continue
         b = parse_bool(v)
         if b is None:
-            _bad(name, v, "want 1/0, true/false, yes/no or on/off", "left off")
+            _bad(name, v, "want 1/0, true/false, yes/no or on/off", fallback)
         else:
             c[key] = b
-    v = get("LAGGARD_CAPTURE_POLL_S")
-    if v:
+    for name, key, lo, hi, fallback in (
+            ("LAGGARD_CAPTURE_POLL_S", "capture_poll_s", 0.05, 3600, "polling every 2 s"),
+            ("LAGGARD_SHUTDOWN_TIMEOUT", "shutdown_timeout", 0, MAX_SHUTDOWN_TIMEOUT,
+             "using %g" % DEFAULT_SHUTDOWN_TIMEOUT)):
+        v = get(name)
+        if not v:
+            continue
         try:
             f = float(v)
         except ValueError:
             f = None
-        if f is None or not (0.05 <= f <= 3600):
-            _bad("LAGGARD_CAPTURE_POLL_S", v, "want seconds in [0.05, 3600]", "polling every 2 s")
+        if f is None or not (lo <= f <= hi):
+            _bad(name, v, "want seconds in [%g, %g]" % (lo, hi), fallback)
         else:
-            c["capture_poll_s"] = f
+            c[key] = f
     v = get("LAGGARD_CAPTURE_DIR")
     if v:
         c["capture_dir"] = v
-    v = get("LAGGARD_INCARNATION")
-    if v:
-        if len(v.encode("utf-8")) <= MAX_IDENT:
-            c["incarnation"] = v
-        else:
-            _bad("LAGGARD_INCARNATION", v, "longer than %d bytes" % MAX_IDENT, "deriving it from the launcher instead")
-    v = get("LAGGARD_SHUTDOWN_TIMEOUT")
-    if v:
-        try:
-            f = float(v)
-        except ValueError:
-            f = None
-        if f is None or not (0 <= f <= MAX_SHUTDOWN_TIMEOUT):
-            _bad("LAGGARD_SHUTDOWN_TIMEOUT", v, "want seconds in [0, %g]" % MAX_SHUTDOWN_TIMEOUT,
-                 "using %g" % DEFAULT_SHUTDOWN_TIMEOUT)
-        else:
-            c["shutdown_timeout"] = f
-    v = get("LAGGARD_SIGNALS")
-    if v:
-        b = parse_bool(v)
-        if b is None:
-            _bad("LAGGARD_SIGNALS", v, "want 1/0, true/false, yes/no or on/off", "signal handlers stay on")
-        else:
-            c["signals"] = b
     v = get("LAGGARD_LOG_LEVEL")
     if v:
         lvl = parse_log_level(v)

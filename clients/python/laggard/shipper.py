@@ -796,13 +796,8 @@ class Shipper:
                 # A conflicting re-send of stored calls: those are refused
                 # (counted), the rest of the batch goes again at once; an
                 # identical re-send of what the server stored is idempotent.
-                self.conflicts += 1
                 self.coll_refused += len(cells)
-                skip = set(cells)
-                config_warn("callconflict", "laggard: server refused %d collective call(s) of rank %s that conflict "
-                            "with calls it stores (%s); they are dropped (counted in stats()['collectives']"
-                            "['refused']), the others ship", len(cells), self._rank_info.get("rank"),
-                            e.detail or e)
+                skip = self._refused(cells, e, "collective call(s)", "stats()['collectives']['refused']")
                 c.return_comms(comms)
                 self._cbatch = [x for i, x in enumerate(calls) if i not in skip] + self._cbatch
                 self._c_resend = len(calls) - len(skip)
@@ -869,6 +864,15 @@ class Shipper:
         self._backoff = _MIN_BACKOFF_S
         self.coll_sent += len(calls)
         self.comms_sent += len(comms)  # acknowledged: never sent again
+
+    def _refused(self, cells, err, what, where):
+        """A 409 naming single items: counted, said once per process at
+        WARNING; returns the set of their indexes."""
+        self.conflicts += 1
+        config_warn(("refused", what), "laggard: server refused %d %s of rank %s that differ from what it stores "
+                    "for them in this incarnation (%s); they are dropped (counted in %s), the others ship",
+                    len(cells), what, self._rank_info.get("rank"), err.detail or err, where)
+        return set(cells)
 
     def _drop_comm(self, rec, err):
         self.comm_drops += 1
@@ -1022,13 +1026,8 @@ class Shipper:
                     # counted, not reported as lost telemetry — and the rest
                     # go again at once (an identical re-send of what the
                     # server stored is idempotent).
-                    self.conflicts += 1
                     self.refused += len(cells)
-                    skip = set(cells)
-                    config_warn("cellconflict", "laggard: server refused %d vector(s) of rank %s that differ from "
-                                "the ones it stores for the same step (%s); they are dropped (counted in "
-                                "stats()['refused']), the others ship", len(cells), self._rank_info.get("rank"),
-                                e.detail or e)
+                    skip = self._refused(cells, e, "vector(s)", "stats()['refused']")
                     batch = [v for i, v in enumerate(batch) if i not in skip]
                     if not batch and not final:
                         self._unreported = pending

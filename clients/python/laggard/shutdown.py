@@ -347,37 +347,20 @@ def _after_fork_child():
     """A forked child has none of its parent's shippers: drop their hooks,
     give the signals back their previous handlers and the wakeup fd back to
     no one, so the child ends exactly as it would without laggard."""
-    global _pid, _dying, _watcher, _wake_r, _wake_w, _hooks_lock, _hooks
+    global _pid, _hooks_lock, _hooks
     _pid = os.getpid()
     _hooks_lock = threading.Lock()
     _hooks = ()
-    _dying = threading.Lock()
-    _flusher[0] = None
-    _main_signals[0] = 0
-    for sig, (h, prev) in list(_installed.items()):
-        try:
-            if signal.getsignal(sig) is h:
-                signal.signal(sig, prev)
-        except Exception:
-            pass
-    _installed.clear()
-    if _wake_w is not None:
-        _give_back_wakeup_fd()
-        for fd in (_wake_r, _wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    _wake_r = _wake_w = None
-    _watcher = None
+    _remove()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_child)
 
 
-def _reset_for_tests():
-    """Removes the handlers and the watcher's wakeup fd (tests only)."""
+def _remove():
+    """Puts back the previous signal handlers, unsets our wakeup fd and
+    closes its pipe."""
     global _watcher, _wake_r, _wake_w, _dying
     for sig, (h, prev) in list(_installed.items()):
         try:
@@ -387,22 +370,20 @@ def _reset_for_tests():
             pass
     _installed.clear()
     if _wake_w is not None:
-        _give_back_wakeup_fd()
         try:
-            os.close(_wake_w)  # the watcher's read then ends (and closes its end)
-        except OSError:
+            old = signal.set_wakeup_fd(-1)
+            if old not in (-1, _wake_w):  # set by someone after us: theirs stays
+                signal.set_wakeup_fd(old)
+        except Exception:
             pass
+        for fd in (_wake_r, _wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
     _wake_r = _wake_w = None
     _watcher = None
     _dying = threading.Lock()
+    _flusher[0] = None
     _main_signals[0] = 0
 
-
-def _give_back_wakeup_fd():
-    """Unsets our wakeup fd (main thread); one set by someone after us stays."""
-    try:
-        old = signal.set_wakeup_fd(-1)
-        if old not in (-1, _wake_w):
-            signal.set_wakeup_fd(old)
-    except Exception:
-        pass
