@@ -1020,7 +1020,14 @@ class Shipper:
                     self._drop(batch, pending, None)
                     return
                 cells = refused_cells(e, len(batch))
-                if cells and _round < _CELL_ROUNDS:
+                if cells and _round == _CELL_ROUNDS:
+                    # A server that names one refused vector per answer and
+                    # keeps refusing: the rest of this batch is dropped and
+                    # counted (a request per vector is not worth it).
+                    self._drop(batch, pending, "server refused %d batches in a row, one vector at a time; the rest "
+                               "of the batch (%d vectors) is dropped" % (_CELL_ROUNDS + 1, len(batch)))
+                    return
+                if cells:
                     # A conflicting re-send of stored cells (incarnation
                     # protocol): those vectors alone are refused — dropped,
                     # counted, not reported as lost telemetry — and the rest
@@ -1075,9 +1082,6 @@ class Shipper:
                 self._failed()
                 return
             break
-        else:  # pragma: no cover - _CELL_ROUNDS refusals of one batch each naming one cell
-            self._drop(batch, pending, "too many conflicting vectors in one batch")
-            return
         self._unreported = 0
         self._backoff = _MIN_BACKOFF_S
         self.sent += len(batch)

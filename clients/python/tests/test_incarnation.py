@@ -213,6 +213,20 @@ class NewServerTest(unittest.TestCase):
                 final = [c for kind, _i, c in srv.client_reports if kind == "vectors"][-1]
                 self.assertEqual((final["refused"], final["offered"]), (3, 17))
 
+    def test_refusals_one_at_a_time_are_bounded(self):
+        # A server that refuses one vector per answer, forever: a batch costs
+        # at most _CELL_ROUNDS + 1 requests, then the rest of it is dropped.
+        srv = FakeServer(lambda m, path, n: None if not path.endswith("/vectors") else
+                         (409, {}, {"error": "conflict", "field": "vectors[0]"}, 0), incarnations=True)
+        self.addCleanup(srv.close)
+        p = self.perf(srv, batch_size=20, flush_interval=60)
+        timed_steps(p, range(20), 1)
+        self.assertTrue(p.close(5))
+        rounds = shipper_mod._CELL_ROUNDS
+        st = p.stats()
+        self.assertEqual(len([r for r in vector_posts(srv) if r["body"]["vectors"]]), rounds + 1)
+        self.assertEqual((st["refused"], st["dropped"], st["sent"]), (rounds, 20 - rounds, 0))
+
     def test_refused_rank_join_retried_and_recovers(self):
         # A real contract conflict on registration (the role group's stage
         # list): one ERROR naming the field and the fix, counted, tried
