@@ -532,7 +532,7 @@ class D11Test(unittest.TestCase):
     release between them. The timing itself is in bench/overhead.py
     --steptime; this asserts the structure."""
 
-    def encode_runs(self, sink):
+    def encode_runs(self, sink, queue_size=4096):
         events = []
         lock = threading.Lock()
 
@@ -557,7 +557,7 @@ class D11Test(unittest.TestCase):
         for pt in patches:
             pt.start()
         try:
-            sh = Held(sink, {"id": "x"}, {"rank": 0}, flush_interval=60)
+            sh = Held(sink, {"id": "x"}, {"rank": 0}, flush_interval=60, queue_size=queue_size)
             for i in range(1000):
                 sh.offer((i, 0, 0, [0.001 * i, 1.5, 2.25, 0.0, 3.0, 0.125], 7.0 + i, 0, None, 0))
             Held.go.set()
@@ -592,6 +592,21 @@ class D11Test(unittest.TestCase):
             with self.subTest(sink=type(sink).__name__):
                 runs = self.encode_runs(sink)
                 self.assertLessEqual(max(runs), bound, "%d vectors encoded without releasing the GIL" % max(runs))
+
+    def test_d11_slices_bounded_when_behind(self):
+        # Issue 16 item 3: with the queue a quarter full (drops are near)
+        # slices grow, to _SLICE_VECTORS_BEHIND at most; the lock is still
+        # released between them, and back to small slices once caught up.
+        class TextSink(NullSink):
+            def send_encoded(self, texts):
+                self.mark("r")
+
+        bound = shipper_mod._SLICE_VECTORS_BEHIND
+        self.assertLessEqual(bound, 64)
+        runs = self.encode_runs(TextSink(), queue_size=2000)  # 1000 queued: half full
+        self.assertLessEqual(max(runs), bound)
+        self.assertGreater(max(runs), shipper_mod._SLICE_VECTORS)  # they did grow
+        self.assertLessEqual(runs[-1], shipper_mod._SLICE_VECTORS)  # the tail, caught up
 
     def test_encoded_vectors_match_vector_dict(self):
         oh = "20c8b074ceccc24f"
