@@ -4,7 +4,7 @@ against a real `laggard serve` (issue 16 item 3).
 
     go build -o /tmp/laggard ./cmd/laggard
     flock /work/wt/heavy.lock /usr/bin/python3 clients/python/bench/drops.py --laggard /tmp/laggard \
-        [--rates 1000,10000] [--ranks 1,8] [--seconds 10] [--busy 0.1] [--client DIR ...]
+        [--rates 1000,10000] [--ranks 1,8] [--seconds 10] [--busy 0.1] [--delay-ms 0] [--client DIR ...]
 
 Each configuration starts `ranks` processes (one per rank, as torchrun
 does) that run a paced loop of `rate` steps/s for `seconds`: every step is
@@ -22,6 +22,9 @@ previous release's clients/python and this one):
   ovh mean / p99  the training thread's cost per step in µs: the time of the
             step block minus the work timed inside its stages, less the
             same figure for a loop with no client (the clock reads)
+--delay-ms D puts a proxy in front of the server that answers every request
+D ms late: a slow server (a loaded one's commit latency), where a fixed
+batch size caps what a rank can ship at batch_size / D per second.
 Run it under the machine-wide lock and note the load beside the figures.
 """
 
@@ -152,6 +155,48 @@ def start_server(binary, data):
     raise SystemExit("laggard serve did not come up (see %s)" % log.name)
 
 
+def start_delay_proxy(target, delay_s):
+    """An HTTP proxy in front of the server that answers every request
+    delay_s later than the server does: a slow or far server (the commit
+    latency of a loaded one)."""
+    import http.client
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    host, port = target.split("//")[1].split(":")
+
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, *a):
+            pass
+
+        def _h(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n) if n else None
+            if not hasattr(self, "_up"):
+                self._up = http.client.HTTPConnection(host, int(port), timeout=60)
+            self._up.request(self.command, self.path, body=body,
+                             headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+            r = self._up.getresponse()
+            data = r.read()
+            time.sleep(delay_s)
+            self.send_response(r.status)
+            for k, v in r.getheaders():
+                if k.lower() not in ("content-length", "connection", "date", "server"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_PUT = do_POST = _h
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return "http://127.0.0.1:%d" % srv.server_address[1]
+
+
 def stored(url, job):
     try:
         with urllib.request.urlopen("%s/api/v1/jobs/%s" % (url, job), timeout=10) as r:
@@ -160,9 +205,10 @@ def stored(url, job):
         return 0
 
 
-def run_config(a, url, client, rate, ranks, tag):
+def run_config(a, url, client, rate, ranks, tag, ship_url=None):
     job = "drops-%s-%d-%d-%d" % (tag, rate, ranks, os.getpid())
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--url", url, "--job", job, "--world", str(ranks),
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--url", ship_url or url, "--job", job,
+           "--world", str(ranks),
            "--rate", str(rate), "--seconds", str(a.seconds), "--busy", str(a.busy), "--client", client]
     if a.perf_args:
         cmd += ["--perf-args", a.perf_args]
@@ -192,6 +238,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--busy", type=float, default=0.1, help="fraction of each step spent in pure-Python work")
     ap.add_argument("--client", action="append", help="a clients/python directory (repeatable); default: this one")
+    ap.add_argument("--delay-ms", type=float, default=0,
+                    help="answer every request this much later than the server does (a proxy in front of it)")
     ap.add_argument("--perf-args", help="JSON of extra laggard.Perf keywords (experiments: queue_size, batch_size)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -209,17 +257,18 @@ def main():
     clients = a.client or [os.path.join(HERE, "..")]
     data = tempfile.mkdtemp(prefix="laggard-drops-")
     srv, url = start_server(a.laggard, data)
+    ship_url = start_delay_proxy(url, a.delay_ms / 1e3) if a.delay_ms > 0 else url
     try:
         print("load: %s" % open("/proc/loadavg").read().strip())
-        print("%ds per run, busy %.0f%% of each step; ovh = training-thread µs per step beyond a loop without "
-              "the client" % (a.seconds, a.busy * 100))
+        print("%ds per run, busy %.0f%% of each step, requests answered %g ms late; ovh = training-thread µs per "
+              "step beyond a loop without the client" % (a.seconds, a.busy * 100, a.delay_ms))
         print("%-28s %6s %5s %9s %9s %9s %7s %8s %8s %7s" % (
             "client", "rate", "ranks", "steps/s", "offered", "stored", "drop%", "ovh mean", "ovh p99", "close s"))
         for rate in [int(x) for x in a.rates.split(",")]:
             for ranks in [int(x) for x in a.ranks.split(",")]:
                 base = run_config(a, url, "none", rate, ranks, "none")
                 for i, c in enumerate(clients):
-                    r = run_config(a, url, os.path.abspath(c), rate, ranks, "c%d" % i)
+                    r = run_config(a, url, os.path.abspath(c), rate, ranks, "c%d" % i, ship_url)
                     name = os.path.abspath(c)
                     name = name if len(name) <= 28 else "…" + name[-27:]
                     print("%-28s %6d %5d %9.0f %9d %9d %6.2f%% %8.2f %8.2f %7.2f" % (
