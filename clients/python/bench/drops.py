@@ -15,13 +15,19 @@ as a thread waiting for the GPU does). At the end each rank calls
 close(30), so what is still queued is shipped, not counted as a drop.
 
 Reported per configuration and client copy (--client, repeatable: e.g. the
-previous release's clients/python and this one):
+previous release's clients/python and this one); each configuration runs
+--repeat times per copy, in rotated order, and the table holds medians:
   steps/s   achieved per rank (the loop falls behind when the CPU is short)
-  offered   vectors the ranks produced; stored: what the server holds
-            (GET /api/v1/jobs/{id}); drop%: 1 - stored/offered
-  ovh mean / p99  the training thread's cost per step in µs: the time of the
-            step block minus the work timed inside its stages, less the
-            same figure for a loop with no client (the clock reads)
+  offered   vectors the ranks produced, all runs; stored: what the server
+            holds (GET /api/v1/jobs/{id}); drop%: 1 - stored/offered
+  ovh p50 / p99  the training thread's wall time per step in µs beyond a
+            loop without the client: the step block minus the work timed
+            inside its stages (GIL waits included, so p99 shows the
+            shipper's holds), less the same figure with no client
+  cpu/st    the training thread's CPU µs per step beyond no client
+  proc/st   the whole process's CPU µs per step beyond no client (the
+            shipper thread's encoding and requests included)
+  close     the longest close(30): what was still queued at the end
 --delay-ms D puts a proxy in front of the server that answers every request
 D ms late: a slow server (a loaded one's commit latency), where a fixed
 batch size caps what a rank can ship at batch_size / D per second.
@@ -98,10 +104,13 @@ def worker(a):
     now = time.perf_counter_ns
     over = []
     n = int(a.rate * a.seconds)
+    warm = min(n // 10, 1000)  # thread start and registration are not the steady state
     t_start = time.perf_counter()
     nxt = t_start
     stage = perf.stage
-    for _ in range(n):
+    for i in range(n):
+        if i == warm:
+            cpu0, proc0 = time.thread_time_ns(), time.process_time_ns()
         w = 0
         t0 = now()
         with perf.step():
@@ -116,18 +125,18 @@ def worker(a):
         d = nxt - time.perf_counter()
         if d > 0:
             time.sleep(d)
+    cpu = (time.thread_time_ns() - cpu0) / (n - warm) / 1e3
+    proc = (time.process_time_ns() - proc0) / (n - warm) / 1e3
     took = time.perf_counter() - t_start
     t = time.perf_counter()
     perf.close(30)
     close_s = time.perf_counter() - t
     st = perf.stats()
-    over.sort()
-    warm = min(len(over) // 10, 1000)  # thread start and registration are not the steady state
-    body = over[warm:] if len(over) > warm else over
+    body = sorted(over[warm:])
     print(json.dumps({"steps": n, "rate": n / took, "close_s": close_s, "sent": st.get("sent", 0),
                       "dropped": st.get("dropped", 0), "errors": st.get("errors", 0), "last_error": st.get("last_error"),
-                      "ovh_mean": sum(body) / len(body) / 1e3, "ovh_p99": body[int(0.99 * (len(body) - 1))] / 1e3}),
-          flush=True)
+                      "ovh_p50": body[len(body) // 2] / 1e3, "ovh_p99": body[int(0.99 * (len(body) - 1))] / 1e3,
+                      "cpu": cpu, "proc": proc}), flush=True)
 
 
 def free_port():
@@ -223,11 +232,16 @@ def run_config(a, url, client, rate, ranks, tag, ship_url=None):
     time.sleep(0.5)  # the server answers after commit; a last look for late batches
     offered = sum(r["steps"] for r in res)
     got = stored(url, job) if client != "none" else 0
-    return {"rate": sum(r["rate"] for r in res) / len(res), "offered": offered, "stored": got,
-            "dropped": sum(r["dropped"] for r in res), "errors": sum(r["errors"] for r in res),
-            "ovh_mean": sum(r["ovh_mean"] for r in res) / len(res), "ovh_p99": max(r["ovh_p99"] for r in res),
-            "close_s": max(r["close_s"] for r in res),
+    mean = lambda key: sum(r[key] for r in res) / len(res)  # noqa: E731 - over the ranks
+    return {"rate": mean("rate"), "offered": offered, "stored": got, "dropped": sum(r["dropped"] for r in res),
+            "errors": sum(r["errors"] for r in res), "ovh_p50": mean("ovh_p50"), "ovh_p99": mean("ovh_p99"),
+            "cpu": mean("cpu"), "proc": mean("proc"), "close_s": max(r["close_s"] for r in res),
             "last_error": next((r["last_error"] for r in res if r.get("last_error")), "")}
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
 def main():
@@ -237,6 +251,7 @@ def main():
     ap.add_argument("--ranks", default="1,8")
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--busy", type=float, default=0.1, help="fraction of each step spent in pure-Python work")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each copy per configuration (medians reported)")
     ap.add_argument("--client", action="append", help="a clients/python directory (repeatable); default: this one")
     ap.add_argument("--delay-ms", type=float, default=0,
                     help="answer every request this much later than the server does (a proxy in front of it)")
@@ -262,23 +277,34 @@ def main():
         print("load: %s" % open("/proc/loadavg").read().strip())
         print("%ds per run, busy %.0f%% of each step, requests answered %g ms late; ovh = training-thread µs per "
               "step beyond a loop without the client" % (a.seconds, a.busy * 100, a.delay_ms))
-        print("%-28s %6s %5s %9s %9s %9s %7s %8s %8s %7s" % (
-            "client", "rate", "ranks", "steps/s", "offered", "stored", "drop%", "ovh mean", "ovh p99", "close s"))
+        print("%-28s %6s %5s %8s %8s %8s %7s %7s %7s %7s %7s %6s" % (
+            "client", "rate", "ranks", "steps/s", "offered", "stored", "drop%", "ovh p50", "ovh p99", "cpu/st",
+            "proc/st", "close"))
         for rate in [int(x) for x in a.rates.split(",")]:
             for ranks in [int(x) for x in a.ranks.split(",")]:
-                base = run_config(a, url, "none", rate, ranks, "none")
-                for i, c in enumerate(clients):
-                    r = run_config(a, url, os.path.abspath(c), rate, ranks, "c%d" % i, ship_url)
-                    name = os.path.abspath(c)
-                    name = name if len(name) <= 28 else "…" + name[-27:]
-                    print("%-28s %6d %5d %9.0f %9d %9d %6.2f%% %8.2f %8.2f %7.2f" % (
-                        name, rate, ranks, r["rate"], r["offered"], r["stored"],
-                        100.0 * (1 - r["stored"] / max(1, r["offered"])), r["ovh_mean"] - base["ovh_mean"],
-                        r["ovh_p99"] - base["ovh_p99"], r["close_s"]), flush=True)
-                    if r["errors"]:
-                        print("    %d errors, e.g. %s" % (r["errors"], r["last_error"][:150]))
-                print("%-28s %6d %5d %9.0f %9s %9s %7s %8.2f %8.2f   (no client: raw figures)" % (
-                    "(none)", rate, ranks, base["rate"], "", "", "", base["ovh_mean"], base["ovh_p99"]), flush=True)
+                names = ["none"] + [os.path.abspath(c) for c in clients]
+                runs = {c: [] for c in names}
+                for rep in range(a.repeat):  # rotated, so no copy always runs first
+                    for j in range(len(names)):
+                        c = names[(j + rep) % len(names)]
+                        runs[c].append(run_config(a, url, c, rate, ranks, "%d-%d" % (names.index(c), rep),
+                                                  None if c == "none" else ship_url))
+                base = {k: median([r[k] for r in runs["none"]]) for k in ("rate", "ovh_p50", "ovh_p99", "cpu", "proc")}
+                for c in names[1:]:
+                    rs = runs[c]
+                    med = {k: median([r[k] for r in rs]) for k in ("rate", "ovh_p50", "ovh_p99", "cpu", "proc")}
+                    off, got = sum(r["offered"] for r in rs), sum(r["stored"] for r in rs)
+                    name = c if len(c) <= 28 else "…" + c[-27:]
+                    print("%-28s %6d %5d %8.0f %8d %8d %6.2f%% %7.2f %7.2f %7.2f %7.2f %6.2f" % (
+                        name, rate, ranks, med["rate"], off, got, 100.0 * (1 - got / max(1, off)),
+                        med["ovh_p50"] - base["ovh_p50"], med["ovh_p99"] - base["ovh_p99"], med["cpu"] - base["cpu"],
+                        med["proc"] - base["proc"], max(r["close_s"] for r in rs)), flush=True)
+                    errs = sum(r["errors"] for r in rs)
+                    if errs:
+                        print("    %d errors, e.g. %s" % (errs, next(r["last_error"] for r in rs if r["last_error"])[:150]))
+                print("%-28s %6d %5d %8.0f %8s %8s %7s %7.2f %7.2f %7.2f %7.2f   (no client: raw figures)" % (
+                    "(none)", rate, ranks, base["rate"], "", "", "", base["ovh_p50"], base["ovh_p99"], base["cpu"],
+                    base["proc"]), flush=True)
         print("load: %s" % open("/proc/loadavg").read().strip())
     finally:
         srv.terminate()
