@@ -314,6 +314,7 @@ def _start_watcher():
 
 
 def _watch(fd, pid):
+    seen = 0  # terminating signals this thread has acted on
     while True:
         try:
             data = os.read(fd, 64)
@@ -334,7 +335,13 @@ def _watch(fd, pid):
             handler, prev = ent
             try:
                 if prev is signal.SIG_DFL and signal.getsignal(signum) is handler:
-                    _terminate(signum, on_watcher=True)
+                    seen += 1
+                    if seen > 1:  # a second one while the first flushes: at once
+                        _die(signum, main=False)
+                    # The flush runs on a thread of its own, so that this one
+                    # keeps reading and sees a second signal.
+                    threading.Thread(target=_terminate, args=(signum, True), name="laggard-exit-flush",
+                                     daemon=True).start()
                 else:
                     hurry()
             except Exception:  # pragma: no cover - defensive

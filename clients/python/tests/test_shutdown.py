@@ -32,20 +32,25 @@ CHILD = textwrap.dedent(r'''
     import ctypes, os, signal, sys, time
     sys.path.insert(0, CLIENT)
     stop = [False]
+
+    def say(*args):  # one write per line: the forked worker writes to the same pipe
+        os.write(1, (" ".join(str(a) for a in args) + "\n").encode())
+
     if MODE == "ignore":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if MODE == "user-before":  # the program's own handler, installed first: "stop after this step"
         def mine(s, f):
             stop[0] = True
-            print("user handler", flush=True)
+            say("user handler")
         signal.signal(signal.SIGTERM, mine)
     import laggard
-    perf = laggard.Perf(server=URL, job=JOB, rank=0, world_size=1, flush_interval=60, capture=False)
+    perf = laggard.Perf(server=URL, job=JOB, rank=0, world_size=1, flush_interval=60, capture=False,
+                        timeout=float(os.environ.get("CHILD_REQUEST_TIMEOUT", "2")))
     if MODE == "user-after":  # a framework that chains the handler it finds (Lightning does)
         prev = signal.getsignal(signal.SIGTERM)
         def theirs(s, f):
             stop[0] = True
-            print("framework handler", flush=True)
+            say("framework handler")
             prev(s, f)
         signal.signal(signal.SIGTERM, theirs)
 
@@ -56,7 +61,7 @@ CHILD = textwrap.dedent(r'''
         libc = ctypes.CDLL(None)
         m = ctypes.create_string_buffer(64)
         libc.pthread_mutex_lock(m)
-        print("blocking", flush=True)
+        say("blocking")
         libc.pthread_mutex_lock(m)
 
     n = 0
@@ -66,26 +71,26 @@ CHILD = textwrap.dedent(r'''
                 pass
         n += 1
         if n == STEPS:
-            print("ready", flush=True)
+            say("ready")
             if MODE == "block":
                 block_in_c()
             if MODE == "fork":
                 pid = os.fork()
                 if pid == 0:  # a DataLoader-like worker: as if laggard had installed nothing
                     try:
-                        print("child", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
-                              signal.set_wakeup_fd(-1), flush=True)
+                        say("child", os.getpid(), signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+                              signal.set_wakeup_fd(-1))
                         block_in_c()
                     finally:
                         os._exit(3)
-                print("forked", pid, flush=True)
+                say("forked", pid)
                 _, status = os.waitpid(pid, 0)
-                print("worker status", status, flush=True)
+                say("worker status", status)
                 break
         if stop[0] or (MODE == "ignore" and n >= 2 * STEPS):
             break
         time.sleep(0.001)
-    print("exiting", n, "ignored" if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN else "", flush=True)
+    say("exiting", n, "ignored" if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN else "")
 ''')
 
 
@@ -102,6 +107,7 @@ class Child:
         test.addCleanup(self._kill)
         self.lines = []
         self.err = ""
+        self.others = []
         self._cv = threading.Condition()
         self._readers = [threading.Thread(target=self._read, args=(self.p.stdout, False), daemon=True),
                          threading.Thread(target=self._read, args=(self.p.stderr, True), daemon=True)]
@@ -118,13 +124,19 @@ class Child:
                 self._cv.notify_all()
 
     def _kill(self):
+        for pid in self.others:  # a forked worker holds the pipes open too
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         if self.p.poll() is None:
             self.p.kill()
         self.p.wait()
         for t in self._readers:
             t.join(5)
-        self.p.stdout.close()
-        self.p.stderr.close()
+        if not any(t.is_alive() for t in self._readers):  # closing under a blocked reader would hang
+            self.p.stdout.close()
+            self.p.stderr.close()
 
     def wait_line(self, prefix, timeout=20):
         with self._cv:
@@ -238,13 +250,29 @@ class SignalFlushTest(unittest.TestCase):
         self.assertEqual(c.finish(), -signal.SIGTERM)
         self.assertLess(time.monotonic() - t, 5.0)  # 0.5 s and the process's own exit; generous
 
+    def test_second_signal_ends_at_once(self):
+        # A flush waiting on a server that does not answer (deadline 20 s):
+        # a second SIGTERM ends the process at once, also with the main
+        # thread blocked in C.
+        for mode in ("default", "block"):
+            with self.subTest(mode=mode):
+                srv = FakeServer(lambda m, path, n: (200, {}, {}, 60) if path.endswith("/vectors") else None)
+                c = Child(self, mode, env={"LAGGARD_SHUTDOWN_TIMEOUT": "20", "CHILD_REQUEST_TIMEOUT": "30"}, srv=srv)
+                c.wait_line("blocking" if mode == "block" else "ready")
+                c.p.send_signal(signal.SIGTERM)
+                time.sleep(0.5)
+                self.assertIsNone(c.p.poll())  # flushing
+                c.p.send_signal(signal.SIGTERM)
+                self.assertEqual(c.finish(timeout=10), -signal.SIGTERM)
+
     def test_forked_worker_ends_as_without_laggard(self):
         # A fork of the training process (DataLoader worker) has none of
         # the handlers, the wakeup fd or the hooks: SIGTERM ends it at once
         # even blocked in C, and its signal does not reach the parent.
         c = Child(self, "fork")
-        line = c.wait_line("child")
-        self.assertEqual(line, "child True -1")
+        line = c.wait_line("child").split()
+        c.others.append(int(line[1]))  # killed at cleanup whatever happens below
+        self.assertEqual(line[2:], ["True", "-1"], c.lines)
         c.wait_line("blocking")
         pid = int(c.wait_line("forked").split()[1])
         self.assertGreater(pid, 0)
