@@ -100,7 +100,7 @@ def worker(a):
     else:
         perf = _NoClient()
     period = 1.0 / a.rate
-    k = calibrate_spin(period * a.busy / len(STAGES)) if a.busy > 0 else 0
+    k = a.spin  # calibrated once by the parent: every run of a configuration does the same work
     now = time.perf_counter_ns
     over = []
     n = int(a.rate * a.seconds)
@@ -217,7 +217,7 @@ def stored(url, job):
 def run_config(a, url, client, rate, ranks, tag, ship_url=None):
     job = "drops-%s-%d-%d-%d" % (tag, rate, ranks, os.getpid())
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--url", ship_url or url, "--job", job,
-           "--world", str(ranks),
+           "--world", str(ranks), "--spin", str(a.spin_by_rate[rate]),
            "--rate", str(rate), "--seconds", str(a.seconds), "--busy", str(a.busy), "--client", client]
     if a.perf_args:
         cmd += ["--perf-args", a.perf_args]
@@ -262,6 +262,7 @@ def main():
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--world", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--rate", type=float, default=1000, help=argparse.SUPPRESS)
+    ap.add_argument("--spin", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         a.client = a.client[0] if a.client else os.path.join(HERE, "..")
@@ -270,6 +271,8 @@ def main():
     if not a.laggard:
         ap.error("--laggard BINARY is required")
     clients = a.client or [os.path.join(HERE, "..")]
+    rates = [int(x) for x in a.rates.split(",")]
+    a.spin_by_rate = {r: calibrate_spin(a.busy / r / len(STAGES)) if a.busy > 0 else 0 for r in rates}
     data = tempfile.mkdtemp(prefix="laggard-drops-")
     srv, url = start_server(a.laggard, data)
     ship_url = start_delay_proxy(url, a.delay_ms / 1e3) if a.delay_ms > 0 else url
@@ -280,7 +283,7 @@ def main():
         print("%-28s %6s %5s %8s %8s %8s %7s %7s %7s %7s %7s %6s" % (
             "client", "rate", "ranks", "steps/s", "offered", "stored", "drop%", "ovh p50", "ovh p99", "cpu/st",
             "proc/st", "close"))
-        for rate in [int(x) for x in a.rates.split(",")]:
+        for rate in rates:
             for ranks in [int(x) for x in a.ranks.split(",")]:
                 names = ["none"] + [os.path.abspath(c) for c in clients]
                 runs = {c: [] for c in names}
