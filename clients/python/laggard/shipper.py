@@ -293,6 +293,8 @@ class Shipper:
         self._batch_size = self._base_batch  # adaptive: see _adapt()
         self._max_batch = max(self._base_batch, min(_MAX_BATCH_VECTORS, self._maxsize))
         self._max_bytes = max(1024, int(max_batch_bytes))
+        self._req_timeout = getattr(sink, "request_timeout", None)  # seconds one request may take
+        self._last_post_s = 0.0  # how long the last accepted batch took
         self._bbytes = 0  # JSON bytes of the batch being built
         self._flush_interval = flush_interval
         self._poll = min(0.05, max(0.001, flush_interval))
@@ -569,8 +571,17 @@ class Shipper:
             want = bs * 2
             while want < 2 * backlog:
                 want *= 2
-            self._batch_size = min(self._max_batch, want)
-            self.batch_grown += 1
+            most = self._max_batch
+            t, post = self._req_timeout, self._last_post_s
+            if t and post > 0:
+                # A server that takes longer the more it is sent (a busy
+                # one): no batch whose request would, scaled from the last
+                # one, take over half the request timeout — a timed-out
+                # batch is lost whole.
+                most = min(most, int(n * t / (2 * post)))
+            if min(most, want) > bs:
+                self._batch_size = min(most, want)
+                self.batch_grown += 1
         elif not full and 4 * n <= bs and 4 * backlog < bs and bs > self._base_batch:
             self._batch_size = max(self._base_batch, bs // 2)
 
@@ -1004,6 +1015,7 @@ class Shipper:
             out = batch
             if pending and batch:
                 out = [_with_dropped(batch[0], pending)] + batch[1:]
+            t0 = time.monotonic()
             try:
                 if self._meta:
                     client = self._client(final)
@@ -1040,6 +1052,11 @@ class Shipper:
                         self._unreported = pending
                         return
                     continue
+                if e.timed_out and len(batch) > self._base_batch:
+                    # A grown batch the server did not answer in time: lower
+                    # the ceiling (this batch is lost; the next ones smaller).
+                    self._max_batch = max(self._base_batch, len(batch) // 2)
+                    self._batch_size = min(self._batch_size, self._max_batch)
                 if e.status == 413 and len(batch) > 1:
                     # Too large for this server: lower the ceiling and send
                     # this batch again in halves (each may be halved again),
@@ -1081,6 +1098,7 @@ class Shipper:
                 self._drop(batch, pending, "%s: %s" % (type(e).__name__, e))
                 self._failed()
                 return
+            self._last_post_s = time.monotonic() - t0
             break
         self._unreported = 0
         self._backoff = _MIN_BACKOFF_S

@@ -169,6 +169,12 @@ class HTTPSink:
         self._meta = {"incarnation": None, "identity": None, "legacy": False, "client": True}
 
     @property
+    def request_timeout(self):
+        """Seconds one request may take (the shipper keeps batches under
+        half of it)."""
+        return self._timeout
+
+    @property
     def incarnation(self):
         """The server's incarnation of this process (an int), or None: not
         registered yet, or a server without incarnations."""

@@ -23,19 +23,28 @@ setUpModule, tearDownModule = module_fixture()
 
 
 class SlowSink:
-    """A server whose every request takes `delay` seconds; records batches."""
+    """A server whose every request takes `delay` seconds, plus per_vector
+    seconds for each vector (a busy server); records batches."""
 
-    def __init__(self, delay, limit=None):
+    def __init__(self, delay, limit=None, per_vector=0.0, request_timeout=None):
         self.delay = delay
+        self.per_vector = per_vector
         self.limit = limit  # batches of more vectors are refused with 413
+        self.request_timeout = request_timeout
         self.batches = []
+        self.timeouts = 0
         self.lock = threading.Lock()
 
     def register(self, job, rank):
         pass
 
     def send_encoded(self, texts):
-        time.sleep(self.delay)
+        took = self.delay + self.per_vector * len(texts)
+        if self.request_timeout and took > self.request_timeout:
+            time.sleep(self.request_timeout)
+            self.timeouts += 1
+            raise ShipError("no complete response", op="vectors", timed_out=True)
+        time.sleep(took)
         if self.limit is not None and len(texts) > self.limit:
             raise ShipError("too large", status=413, permanent=True, op="vectors")
         with self.lock:
@@ -105,6 +114,33 @@ class AdaptiveBatchTest(unittest.TestCase):
         self.assertEqual(sh.stats()["batch"], 64)
         self.assertTrue(sh.close(5))
         self.assertEqual(sh.stats()["dropped"], 0)
+
+    def test_busy_server_batches_stay_under_half_the_timeout(self):
+        # A server whose answer takes longer the more it is sent (1 ms a
+        # vector) and a 1 s request timeout: batches grow only while their
+        # request, scaled from the last one, stays under 0.5 s — a batch
+        # that times out is lost whole (seen at 10,000 steps/s x 8 ranks:
+        # 4096-vector batches timing out).
+        sink = SlowSink(0.0, per_vector=0.001, request_timeout=1.0)
+        sh = shipper_mod.Shipper(sink, {"id": "busy"}, {"rank": 0}, queue_size=8192, batch_size=64,
+                                 flush_interval=0.2)
+        self.addCleanup(sh.close, 1)
+        offer_paced(sh, 6000, 2000)
+        self.assertTrue(sh.close(20))
+        self.assertEqual(sink.timeouts, 0)
+        self.assertLessEqual(max(len(b) for b in sink.batches), 500 * 2)  # grown, but within the bound's rounding
+        self.assertGreater(max(len(b) for b in sink.batches), 64)
+
+    def test_timed_out_batch_lowers_the_ceiling(self):
+        sink = SlowSink(0.0, per_vector=0.001, request_timeout=0.3)
+        sh = shipper_mod.Shipper(sink, {"id": "tmo"}, {"rank": 0}, queue_size=4096, batch_size=512,
+                                 flush_interval=0.05)
+        self.addCleanup(sh.close, 1)
+        sh._batch_size = 2048  # as if it had grown
+        offer_paced(sh, 4000, 8000)
+        self.assertTrue(sh.close(20))
+        self.assertGreaterEqual(sink.timeouts, 1)
+        self.assertLessEqual(sh._max_batch, 1024)
 
     def test_413_lowers_the_ceiling(self):
         sink = SlowSink(0.05, limit=100)
