@@ -38,7 +38,8 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	noProfile := fs.Bool("no-profile", false, "do not sample CPU stacks (SysOM-AI eBPF profiler)")
 	profileHz := fs.Int("profile-hz", 99, "CPU stack sampling frequency in Hz (10..999)")
 	profileRatio := fs.Float64("profile-ratio", 0.1, "fraction of timer ticks that collect a stack, (0, 1]")
-	profileAll := fs.Bool("profile-all", false, "keep every process's stacks, not only registered ranks' (shipped to -job as rank -1)")
+	profileAll := fs.Bool("profile-all", false, "keep every process's stacks, not only registered ranks' (shipped to -job as rank -1; an admin's choice: every process's names and stacks reach that job)")
+	showOthers := fs.Bool("show-other-processes", false, "show other processes on a rank's CPUs to the rank's job with their names and stacks even when the job's registering user could not read them (default: one anonymous \"[other process] (hidden)\" frame with their share of the core; docs/security.md)")
 	noOSStat := fs.Bool("no-osstat", false, "do not collect OS counters (interrupts, softirqs, run-queue latency, NUMA, GPU)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
@@ -105,7 +106,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	m := agent.NewMetrics()
 	a, err := agent.New(agent.Config{Server: *server, Token: token, ShmDir: *shmDir, DefaultJob: *job,
 		Interval: *interval, MaxQueue: *maxQueue, TrustedUIDs: uids, Log: log, Metrics: m,
-		Socket: *socket, ProfileOn: !*noProfile, OSOn: !*noOSStat,
+		Socket: *socket, ProfileOn: !*noProfile, OSOn: !*noOSStat, ShowOtherProcesses: *showOthers,
 		Profile: cpuprof.Config{Hz: *profileHz, Ratio: *profileRatio, AllProcesses: *profileAll},
 		OS:      osstat.Config{SchedTracepoints: true}})
 	if err != nil {

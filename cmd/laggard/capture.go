@@ -292,6 +292,12 @@ func captureLine(cv *store.Capture) string {
 	if cv.DeadlineNS > 0 && !captureFinished(cv) {
 		s += " · deadline " + nsTime(cv.DeadlineNS) + " UTC"
 	}
+	if cv.Incarnation > 0 {
+		s += fmt.Sprintf(" · incarnation %d", cv.Incarnation)
+	}
+	if cv.Note != "" {
+		s += " · " + oneLine(cv.Note, 120)
+	}
 	return s
 }
 

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -155,7 +154,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return serr
 	}
 	if *asJSON {
-		if err := writeDemoJSON(stdout, res); err != nil {
+		if err := writeDemoJSON(stdout, res, *rank); err != nil {
 			return err
 		}
 	} else {
@@ -207,14 +206,9 @@ func printVerdict(w io.Writer, res *demo.Result, fault string, rank int, delay f
 		}
 		fmt.Fprintf(w, "  %s stage: %s → %s\n", mark(res.StageInTop2), res.WantStage, where)
 	}
-	h := res.Report.Headline
-	switch {
-	case res.RankWithheld:
-		// Honest, not wrong: the evidence did not single a rank out.
-		fmt.Fprintf(w, "  – rank:  withheld (%s; injected on %d)\n", h.Withheld, rank)
-	default:
-		fmt.Fprintf(w, "  %s rank:  straggler rank %d (injected on %d)\n", mark(res.RankLocated), h.Rank, rank)
-	}
+	// Withheld is honest, not wrong: the evidence did not single a rank
+	// out. The grade counts wrong and extra ranks (issue 16 item 8b).
+	fmt.Fprintf(w, "  %s\n", demo.GradeStageFrontier(res.Report, rank).Line)
 }
 
 // demoJSON is `laggard demo --json`: the job report's fields at the top
@@ -228,12 +222,21 @@ type demoJSON struct {
 	// Sysom is the SysOM-AI act (absent with -sysom off): the report, the
 	// windows asked and the verdict, or why it was skipped.
 	Sysom *demo.SysomResult `json:"sysom,omitempty"`
+	// Grades are each engine's self-grade against the injected fault
+	// (wrong and extra ranks counted).
+	Grades []demo.Grade `json:"grades"`
 }
 
-func writeDemoJSON(w io.Writer, res *demo.Result) error {
+// demoGrades grades every engine of the first act (the SysOM-AI act has
+// its own verdict, graded against its hog).
+func demoGrades(res *demo.Result, rank int) []demo.Grade {
+	return []demo.Grade{demo.GradeStageFrontier(res.Report, rank), demo.GradeGreyhound(res.Greyhound, rank), demo.GradeKair(res.Kair, res.KairErr, rank)}
+}
+
+func writeDemoJSON(w io.Writer, res *demo.Result, rank int) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	out := demoJSON{Report: res.Report, Greyhound: res.Greyhound, Sysom: res.Sysom}
+	out := demoJSON{Report: res.Report, Greyhound: res.Greyhound, Sysom: res.Sysom, Grades: demoGrades(res, rank)}
 	if res.Greyhound == nil {
 		out.GreyhoundError = res.GreyhoundErr
 	}
@@ -269,18 +272,10 @@ func printKair(w io.Writer, res *demo.Result, rank int) {
 	if c := res.Kair.Capture; c != nil {
 		fmt.Fprintf(w, "capture %s (%s: %s) · steps from %d · ranks uploaded %v of %v\n", c.ID, c.Trigger, c.Reason, c.StartStep, c.Uploaded, c.Ranks)
 	}
-	r := res.Kair.Report
-	if err := render.KAIRBrief(w, r); err != nil {
+	if err := render.KAIRBrief(w, res.Kair.Report); err != nil {
 		return
 	}
-	switch {
-	case r.Verdict == analysis.KairVerdictCulprit && len(r.Causes) > 0 && r.Causes[0].Rank == rank:
-		fmt.Fprintf(w, "  ✔ KAIR blames rank %d (injected on %d): %s\n", rank, rank, r.Causes[0].Name)
-	case r.Verdict == analysis.KairVerdictCulprit && len(r.Causes) > 0:
-		fmt.Fprintf(w, "  ✘ KAIR blames rank %d (injected on %d)\n", r.Causes[0].Rank, rank)
-	default:
-		fmt.Fprintf(w, "  – KAIR names no culprit (%s; injected on %d)\n", r.Verdict, rank)
-	}
+	fmt.Fprintf(w, "  %s\n", demo.GradeKair(res.Kair, res.KairErr, rank).Line)
 }
 
 // printGreyhound is the Greyhound block beside StageFrontier's headline:
@@ -295,15 +290,7 @@ func printGreyhound(w io.Writer, res *demo.Result, rank int) {
 	if err := renderGreyhound(w, res.Greyhound); err != nil {
 		return
 	}
-	v := res.Greyhound.Verdict
-	switch {
-	case slices.Contains(v.Ranks, rank):
-		fmt.Fprintf(w, "  ✔ Greyhound names rank %d (injected on %d)\n", rank, rank)
-	case len(v.Ranks) > 0:
-		fmt.Fprintf(w, "  ✘ Greyhound names rank(s) %v (injected on %d)\n", v.Ranks, rank)
-	default:
-		fmt.Fprintf(w, "  – Greyhound names no rank (%s; injected on %d)\n", v.Kind, rank)
-	}
+	fmt.Fprintf(w, "  %s\n", demo.GradeGreyhound(res.Greyhound, rank).Line)
 }
 
 // demoSysom runs the SysOM-AI act per -sysom: off runs nothing; auto

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -21,25 +20,10 @@ func TestDemoSysomLive(t *testing.T) {
 	if err := demo.ProbeProfiler(); err != nil {
 		t.Skipf("SysOM-AI act cannot run here: %s", demo.SkipReason(err))
 	}
-	var errs bytes.Buffer
-	fs := newFlagSet("demo", "", &errs)
-	var so serveOptions
-	so.register(fs, "")
-	if err := parseFlags(fs, nil); err != nil {
-		t.Fatal(err)
-	}
-	so.dataDir = t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, stop := inProcessServer(t)
+	defer stop()
 	log, _ := newLogger(os.Stderr, "warn", false)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	urlc := make(chan string, 1)
-	errc := make(chan error, 1)
-	go func() { errc <- serve(ctx, so, ln, log, func(u string) { urlc <- u }) }()
-	url := <-urlc
+	ctx := context.Background()
 	res, err := demoSysom(ctx, "on", demo.SysomOptions{ServerURL: url, Files: pyclient.FS, World: 4, Rank: 2, Seed: 7,
 		JobID: "live-sysom-" + time.Now().UTC().Format("150405"), Stderr: os.Stderr, Log: log})
 	if err != nil {
@@ -51,8 +35,10 @@ func TestDemoSysomLive(t *testing.T) {
 	}
 	t.Logf("\n%s", out.String())
 	if res.Verdict == nil || res.Verdict.Kind == demo.VerdictNoData {
-		t.Errorf("no verdict or no data: %+v", res.Verdict)
+		t.Fatalf("no verdict or no data: %+v", res.Verdict)
 	}
-	cancel()
-	<-errc
+	// Issue 16 item 8b: the hogged rank only.
+	if len(res.Verdict.Extra) > 0 {
+		t.Errorf("ranks %v named besides the hogged rank 2: %s", res.Verdict.Extra, res.Verdict.Line)
+	}
 }

@@ -30,7 +30,7 @@ func TestDemoJSONCarriesBothReports(t *testing.T) {
 		{"no greyhound", demo.Result{Report: rep, GreyhoundErr: "GET …/greyhound: 404"}, false, "GET …/greyhound: 404"},
 	} {
 		var buf bytes.Buffer
-		if err := writeDemoJSON(&buf, &tc.res); err != nil {
+		if err := writeDemoJSON(&buf, &tc.res, 0); err != nil {
 			t.Fatal(err)
 		}
 		var got struct {
@@ -54,6 +54,10 @@ func TestDemoJSONCarriesBothReports(t *testing.T) {
 		_ = json.Unmarshal(buf.Bytes(), &raw)
 		if _, ok := raw["greyhound"]; !ok {
 			t.Errorf("%s: no greyhound key", tc.name)
+		}
+		var grades []demo.Grade
+		if err := json.Unmarshal(raw["grades"], &grades); err != nil || len(grades) != 3 {
+			t.Errorf("%s: grades %s (%v), want one per engine", tc.name, raw["grades"], err)
 		}
 	}
 }
@@ -158,7 +162,7 @@ func TestDemoJSONSysom(t *testing.T) {
 		{"off", nil, ""},
 	} {
 		var buf bytes.Buffer
-		if err := writeDemoJSON(&buf, &demo.Result{Report: rep, Sysom: tc.s}); err != nil {
+		if err := writeDemoJSON(&buf, &demo.Result{Report: rep, Sysom: tc.s}, 3); err != nil {
 			t.Fatal(err)
 		}
 		var raw map[string]json.RawMessage

@@ -85,7 +85,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
-	for _, want := range []string{"routing set", "data.next_wait → top-1", "straggler rank 1", "web UI: http://127.0.0.1:"} {
+	for _, want := range []string{"routing set", "data.next_wait → top-1", "✔ StageFrontier names rank 1 (injected on 1)", "web UI: http://127.0.0.1:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

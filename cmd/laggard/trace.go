@@ -319,6 +319,11 @@ func loadTrace(ctx context.Context, path string, opt traceLoad, stderr io.Writer
 	if len(t.Events) == 0 {
 		return optrace.Trace{}, fmt.Errorf("%s: no operator or kernel events (%d trace elements read)", path, meta.Elements)
 	}
+	if meta.Reordered > 0 {
+		// The Chrome trace format requires no order; say that the file
+		// was not in time order rather than pass it silently.
+		fmt.Fprintf(stderr, "laggard trace: %s: %d events come before the ProfilerStep range or the launch they belong to (the file is not in time order); matched after reading the whole file\n", path, meta.Reordered)
+	}
 	t.Rank = rank
 	return *t, nil
 }

@@ -198,7 +198,15 @@ def stage3(report, case, rank, dur, gap, coll):
     top_any = classify_cause(case, rank, top, nd, ng, nc)
     # The report asserts its top cause only with verdict "culprit"; otherwise
     # it withholds (inconclusive / none) and the top cause is not a claim.
+    # culprit_rank (issue 16 item 7c): the rank is asserted, the op is one of
+    # the listed candidates; rank_class scores the rank either verdict names.
+    named = None
+    if verdict in ("culprit", "culprit_rank"):
+        named = ((report or {}).get("impact") or {}).get("rank", top.get("rank") if top else None)
+    rank_class = "withheld" if named is None else ("right" if case != "none" and named == rank else "wrong")
     out = {"verdict": verdict, "top": summarize_cause(top), "top_class_any": top_any,
+           "named_rank": named, "rank_class": rank_class,
+           "impact": (report or {}).get("impact"),
            "top_class": top_any if verdict == "culprit" else "withheld",
            "top_name": None if not top else ("%s → %s" % (top.get("from"), top.get("name")) if top.get("kind") == "edge"
                                              else top.get("name"))}

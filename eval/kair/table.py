@@ -93,9 +93,9 @@ def summary(rows):
          "Columns: see eval/kair/README.md. n = runs (seeds); errors count as withheld/missing.", "",
          "## Per case × world", "",
          "| case | world | n | capture auto / fallback | trigger after onset (median s, steps) | Stage 1 right / withheld / wrong | Stage 1 top score = F "
-         "| Stage 2 P | Stage 2 R | Stage 2 P (dur) | Stage 2 R-prec | Stage 3 verdict culprit / inconclusive / none | Stage 3 culprit (top) | top cause names (hit) | culprit / located in causes (median rank) | Stage 3 culprit (per step) "
+         "| Stage 2 P | Stage 2 R | Stage 2 P (dur) | Stage 2 R-prec | Stage 3 verdict culprit / culprit_rank / inconclusive / none | Stage 3 culprit (top) | Stage 3 rank right / withheld / wrong | top cause names (hit) | culprit / located in causes (median rank) | Stage 3 culprit (per step) "
          "| victim named | StageFrontier right / withheld / wrong | Greyhound right / partial / withheld / wrong | who named F |",
-         "|" + "---|" * 20]
+         "|" + "---|" * 21]
     for (case, world), rs in sorted(group_rows(rows).items(), key=lambda kv: (order(kv[0][0]), kv[0][1])):
         n = len(rs)
         caps = [r.get("capture") or {} for r in rs]
@@ -117,12 +117,14 @@ def summary(rows):
         posc = "%d/%d found; #%s / #%s" % (found, n, "—" if cpos is None else "%g" % cpos, "—" if lpos is None else "%g" % lpos)
         names = sorted({s.get("top_name") or "" for s in s3 if s.get("top_class") in ("culprit", "located")})
         vc = lambda v: sum(1 for x in s3 if x.get("verdict") == v)
-        L.append("| %s | %d | %d | %d / %d | %s | %d / %d / %d | %s | %s | %s | %s | %s | %d / %d / %d | %s | %s | %s | %s | %s | %d / %d / %d | %d / %d / %d / %d | %s |" % (
+        rk = lambda v: sum(1 for x in s3 if x.get("rank_class") == v)
+        L.append("| %s | %d | %d | %d / %d | %s | %d / %d / %d | %s | %s | %s | %s | %s | %d / %d / %d / %d | %s | %d / %d / %d | %s | %s | %s | %s | %d / %d / %d | %d / %d / %d / %d | %s |" % (
             case, world, n, auto, fb,
             "—" if dt is None else "%.1f s, %s" % (dt, "—" if ds is None else "%d" % ds),
             cnt(rs, "stage1", "correct"), n - cnt(rs, "stage1", "correct") - cnt(rs, "stage1", "wrong"), cnt(rs, "stage1", "wrong"),
             frac(top_f, n), pct(micro(rs, "tp", "flagged")), pct(micro(rs, "tp", "truth")), pct(micro(rs, "tp_dur", "flagged_dur")),
-            pct(micro(rs, "rprec_hits", "truth")), vc("culprit"), vc("inconclusive"), vc("none"), frac(top, n), ", ".join("`%s`" % x for x in names) or "—", posc, pct(per), frac(vic, n),
+            pct(micro(rs, "rprec_hits", "truth")), vc("culprit"), vc("culprit_rank"), vc("inconclusive"), vc("none"), frac(top, n),
+            rk("right"), n - rk("right") - rk("wrong"), rk("wrong"), ", ".join("`%s`" % x for x in names) or "—", posc, pct(per), frac(vic, n),
             cnt(rs, "stagefrontier", "correct"), n - cnt(rs, "stagefrontier", "correct") - cnt(rs, "stagefrontier", "wrong"),
             cnt(rs, "stagefrontier", "wrong"),
             cnt(rs, "greyhound", "correct"), cnt(rs, "greyhound", "partial"),

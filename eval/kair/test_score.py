@@ -138,6 +138,13 @@ class Stages(unittest.TestCase):
         self.assertAlmostEqual(s["step_culprit_rate"], 0.5)
         self.assertFalse(s["victim_named"])
         self.assertEqual((s["culprit_position"], s["located_position"], s["causes"]), (1, 1, 1))
+        self.assertEqual((s["named_rank"], s["rank_class"]), (3, "right"))
+        # culprit_rank asserts the rank only; on the control any named rank is wrong.
+        cr = dict(rep, verdict="culprit_rank", impact={"rank": 3})
+        s = score.stage3(cr, "slow_op", 3, {("cpu_op", "aten::mm", 1)}, set(), set())
+        self.assertEqual((s["top_class"], s["named_rank"], s["rank_class"]), ("withheld", 3, "right"))
+        self.assertEqual(score.stage3(cr, "none", 3, set(), set(), set())["rank_class"], "wrong")
+        self.assertEqual(score.stage3(dict(rep, verdict="none"), "slow_op", 3, set(), set(), set())["rank_class"], "withheld")
         rep["causes"].insert(0, {"kind": "op", "rank": 0, "name": "aten::select", "from_rank": -1})
         s = score.stage3(rep, "slow_op", 3, {("cpu_op", "aten::mm", 1)}, set(), set())
         self.assertEqual((s["top_class"], s["culprit_position"]), ("other_rank", 2))

@@ -204,7 +204,12 @@ def score(case, fault_rank, rep):
     slow = [get(s, "rank") for s in get(r, "slowranks", "slow_ranks", default=[])]
     diags = get(r, "diagnoses", default=[])
     out = {"slow_ranks": slow, "rank_named": False, "layer_named": False, "path_named": False, "wrong_confident": False,
-           "layer": "", "paths": []}
+           "layer": "", "paths": [], "others_named": []}
+    # Every rank the report names besides the fault rank (diagnoses, slow
+    # ranks, temporal suspects) is counted (issue 16 item 8b).
+    temp = get(r, "temporal", default=None) or {}
+    named = set(slow) | {get(d, "rank") for d in diags} | set(get(temp, "suspects", default=[]) or [])
+    out["others_named"] = sorted(x for x in named if x is not None and (case == "logging" or x != fault_rank))
     exp = EXPECT[case]
     if case == "logging":
         temp = get(r, "temporal", default=None) or {}
@@ -328,7 +333,7 @@ def run_case(args, exe, case, seed):
                 row["diagnosis_s"] = round(now - t_inj, 1)
                 break
             first = s
-        row.update({k: first[k] for k in ("rank_named", "layer_named", "path_named", "layer", "slow_ranks", "paths")} if first else {})
+        row.update({k: first[k] for k in ("rank_named", "layer_named", "path_named", "layer", "slow_ranks", "paths", "others_named")} if first else {})
         row["diagnosed"] = "diagnosis_s" in row
         if last_rep is not None:
             with open(os.path.join(args.out, "report-%s-%d.json" % (case, seed)), "w") as f:
@@ -353,17 +358,37 @@ def summarize(path):
              "it, polled every second from 5 s after the injection. Rank named = a diagnosis (or a slow-rank flag) "
              "for the fault rank (for logging: no straggler named); layer = the diagnosis's concluded layer; path = "
              "one of its hot paths or evidence lines reaches the expected functions (`EXPECT` in cases.py). Time = "
-             "injection → first report with all three (or with rank and layer).", "",
+             "injection → first report with all three (or with rank and layer). Other ranks named = ranks the "
+             "report names besides the fault rank at that report (diagnoses, slow ranks, temporal suspects; for "
+             "logging, any).", "",
              "| case | seed | fault rank | rank named | layer | path named | rank+layer at | full diagnosis at | "
-             "slow-rank flag | wrong & confident |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "slow-rank flag | other ranks named | wrong & confident |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["case"], r["seed"], r.get("fault_rank", ""), yes(r.get("rank_named")),
             ("temporal baseline" if r["case"] == "logging" else (r.get("layer") or "—") + ("" if r.get("layer_named") else " (not expected)")),
             yes(r.get("path_named")), "%s s" % r["rank_layer_s"] if r.get("rank_layer_s") is not None else "—",
             "%s s" % r["diagnosis_s"] if r.get("diagnosis_s") is not None else "—",
             ",".join(str(x) for x in r.get("slow_ranks") or []) or "—",
+            (",".join(str(x) for x in r.get("others_named") or []) or "none") if "others_named" in r else "not recorded",
             yes(r.get("wrong_confident_before_diagnosis"))))
+    # Why a fault rank was not named, in the report's own words (its last
+    # report, saved beside the table).
+    why = []
+    for r in rows:
+        if r.get("rank_named"):
+            continue
+        rp = os.path.join(os.path.dirname(path), "report-%s-%s.json" % (r["case"], r["seed"]))
+        try:
+            rep = lower_keys(json.load(open(rp)))
+        except (OSError, ValueError):
+            continue
+        for n in get(rep, "notes", default=[]):
+            if n.startswith("rank %s " % r.get("fault_rank")) and "on time" in n:
+                why.append("- %s seed %s: %s" % (r["case"], r["seed"], n))
+    if why:
+        lines += ["", "Fault rank not named — the report says why (a rank the group does not wait for is not diagnosed, "
+                  "issue 16 item 8b; the temporal comparison still lists the fault's paths):", ""] + why
     return "\n".join(lines) + "\n"
 
 
@@ -415,7 +440,7 @@ def main():
                 f.write(json.dumps(row) + "\n")
     path = os.path.join(args.out, "cases.tsv")
     cols = ("case", "seed", "world", "fault_rank", "hz", "ratio", "rank_named", "layer_named", "path_named", "layer",
-            "rank_layer_s", "diagnosis_s", "wrong_confident_before_diagnosis", "slow_ranks", "paths")
+            "rank_layer_s", "diagnosis_s", "wrong_confident_before_diagnosis", "slow_ranks", "others_named", "paths")
     new = not os.path.exists(path)
     with open(path, "a") as f:
         if new:

@@ -60,6 +60,11 @@ type Config struct {
 	// MaxProfileBytes bounds the stack batches held while the server is
 	// away (default 64 MiB); the oldest go first, counted.
 	MaxProfileBytes int
+	// ShowOtherProcesses is the admin's opt-in to ship other processes'
+	// names and stacks on a rank's CPUs to the rank's job even when its
+	// registrant could not read them (default: one opaque
+	// "[other process] (hidden)" frame; docs/security.md).
+	ShowOtherProcesses bool
 }
 
 // Agent is one node's agent.

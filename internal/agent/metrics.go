@@ -19,6 +19,9 @@ type Metrics struct {
 	postErrors  prometheus.Counter
 	queued      prometheus.Gauge
 	validations *prometheus.CounterVec
+	// sanitized counts strings repaired before shipping (not UTF-8, too
+	// long, not a valid id), by kind: calls, stacks, osstats.
+	sanitized *prometheus.CounterVec
 }
 
 // NewMetrics registers the agent's metrics in a new registry.
@@ -48,6 +51,8 @@ func NewMetrics() *Metrics {
 		queued:      g("calls_queued", "Calls waiting to be shipped."),
 		validations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "laggard_agent", Name: "validations_total", Help: "Validation plans handled, by outcome."}, []string{"outcome"}),
 	}
-	r.MustRegister(m.validations)
+	m.sanitized = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "laggard_agent", Name: "strings_sanitized_total",
+		Help: "Strings from other processes repaired before shipping (invalid UTF-8 replaced, clipped, ids escaped), by kind."}, []string{"kind"})
+	r.MustRegister(m.validations, m.sanitized)
 	return m
 }

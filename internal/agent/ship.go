@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,6 +121,9 @@ func (s *Shipper) Add(job string, world int, comms []collective.Comm, calls []co
 		s.queues[job] = q
 	}
 	q.world = max(q.world, world)
+	if n := sanitizeCollectives(comms, calls); n > 0 {
+		s.Metrics.sanitized.WithLabelValues("calls").Add(float64(n))
+	}
 	q.comms = append(q.comms, comms...)
 	q.calls = append(q.calls, calls...)
 	q.dropped += dropped
@@ -161,10 +166,12 @@ type errRetry struct {
 
 func (e *errRetry) Error() string { return e.err.Error() }
 
-// errStatus is a non-retryable HTTP answer.
+// errStatus is a non-retryable HTTP answer; field is the record or field
+// the server's error names ("calls[3].comm"), when it names one.
 type errStatus struct {
-	code int
-	msg  string
+	code  int
+	msg   string
+	field string
 }
 
 func (e *errStatus) Error() string { return e.msg }
@@ -305,6 +312,29 @@ func (s *Shipper) settle(job string, b *collective.Batch, err error, skipComms *
 	// help. Never let the comm records go with it (B6).
 	s.failures = 0
 	s.Metrics.postErrors.Inc()
+	// One bad record never drops a batch (issue 16 item 8a): when the
+	// refusal names a record, drop that one and send the rest again.
+	if st != nil {
+		if i, ok := recordIndex(st.field, "calls"); ok && i < n {
+			b.Calls = slices.Delete(b.Calls, i, i+1)
+			n--
+			requeue()
+			q.dropped++
+			s.Metrics.shipDropped.Inc()
+			s.Log.Warn("server refused one call; dropped it and sending the rest again", "job", job, "err", err)
+			return true, nil
+		}
+		if i, ok := recordIndex(st.field, "comms"); ok && i < k && i < len(q.comms) {
+			q.comms = slices.Delete(q.comms, i, i+1)
+			if n > 0 {
+				requeue()
+			} else {
+				q.dropped += b.Dropped
+			}
+			s.Log.Warn("server refused one communicator record; dropped it and sending the rest again", "job", job, "err", err)
+			return true, nil
+		}
+	}
 	switch {
 	case k > 0 && n > 0:
 		requeue()
@@ -357,11 +387,21 @@ func (s *Shipper) post(ctx context.Context, job string, world int, b *collective
 // *errRetry for what may succeed later (network, 429, 5xx, 401/403),
 // *errStatus for a refusal. Every shipper of the agent posts through it.
 func postBody(ctx context.Context, c *http.Client, token string, timeout time.Duration, method, u, ctype string, body io.Reader) error {
+	_, err := postAnswer(ctx, c, token, timeout, method, u, ctype, body)
+	return err
+}
+
+// maxAnswer bounds the bytes of a 2xx answer the agent reads.
+const maxAnswer = 64 << 10
+
+// postAnswer is postBody that also returns a 2xx answer's body (at most
+// maxAnswer bytes).
+func postAnswer(ctx context.Context, c *http.Client, token string, timeout time.Duration, method, u, ctype string, body io.Reader) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
@@ -371,18 +411,39 @@ func postBody(ctx context.Context, c *http.Client, token string, timeout time.Du
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return &errRetry{err: err}
+		return nil, &errRetry{err: err}
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		ans, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+		return ans, nil
+	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
 	switch {
-	case resp.StatusCode/100 == 2:
-		return nil
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 || resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		// 401/403 too: a token being rotated should not lose data
-		return &errRetry{err: fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg)), after: retryAfter(resp.Header.Get("Retry-After"))}
+		return nil, &errRetry{err: fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg)), after: retryAfter(resp.Header.Get("Retry-After"))}
 	}
-	return &errStatus{code: resp.StatusCode, msg: fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(msg))}
+	var eb struct {
+		Field string `json:"field"`
+	}
+	_ = json.Unmarshal(msg, &eb)
+	return nil, &errStatus{code: resp.StatusCode, msg: fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(msg)), field: eb.Field}
+}
+
+// recordIndex reads the record a field path names: "calls[3].comm" with
+// kind "calls" is 3; ok false when it names another kind or none.
+func recordIndex(field, kind string) (int, bool) {
+	rest, ok := strings.CutPrefix(field, kind+"[")
+	if !ok {
+		return 0, false
+	}
+	num, _, ok := strings.Cut(rest, "]")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(num)
+	return i, err == nil && i >= 0
 }
 
 // retryAfter reads a Retry-After header (seconds or an HTTP date),

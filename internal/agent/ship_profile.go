@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -145,6 +146,7 @@ func register1[C prometheus.Collector](r *prometheus.Registry, c C) C {
 // pqItem is one job's stack or OS batch waiting to be shipped.
 type pqItem struct {
 	job    string
+	world  int // the job's world size from its registrations (0 unknown)
 	stacks *stack.Batch
 	os     *osstat.Batch
 	weight int
@@ -172,6 +174,8 @@ type profQueue struct {
 	lost      map[string]int64 // job → samples dropped, not yet reported
 	failures  int
 	notBefore time.Time
+	// refusedLogAt: no "refused records" log line before it.
+	refusedLogAt time.Time
 }
 
 func stackWeight(b *stack.Batch) int {
@@ -271,7 +275,7 @@ func (q *profQueue) flush(ctx context.Context) {
 		if !ok {
 			return
 		}
-		err := q.post(ctx, &it)
+		ans, err := q.post(ctx, &it)
 		var re *errRetry
 		var st *errStatus
 		switch {
@@ -280,6 +284,7 @@ func (q *profQueue) flush(ctx context.Context) {
 			q.failures = 0
 			q.mu.Unlock()
 			q.m.shipped.WithLabelValues(q.kind).Inc()
+			q.noteRefused(it.job, ans)
 		case errors.As(err, &re):
 			q.front(it)
 			q.mu.Lock()
@@ -295,7 +300,7 @@ func (q *profQueue) flush(ctx context.Context) {
 		case errors.As(err, &st) && st.code == http.StatusRequestEntityTooLarge && it.stacks != nil && len(it.stacks.Samples) > 1:
 			// Too big for the server: halve it and send both halves.
 			a, b := halve(it.stacks)
-			q.front(pqItem{job: it.job, stacks: a, weight: stackWeight(a)}, pqItem{job: it.job, stacks: b, weight: stackWeight(b)})
+			q.front(pqItem{job: it.job, world: it.world, stacks: a, weight: stackWeight(a)}, pqItem{job: it.job, world: it.world, stacks: b, weight: stackWeight(b)})
 		default:
 			n := float64(1)
 			if it.stacks != nil {
@@ -317,7 +322,7 @@ func halve(b *stack.Batch) (*stack.Batch, *stack.Batch) {
 	return &x, &y
 }
 
-func (q *profQueue) post(ctx context.Context, it *pqItem) error {
+func (q *profQueue) post(ctx context.Context, it *pqItem) ([]byte, error) {
 	var body []byte
 	var err error
 	if it.stacks != nil {
@@ -326,22 +331,61 @@ func (q *profQueue) post(ctx context.Context, it *pqItem) error {
 		body, err = laggardv1.MarshalProtoOSStats(it.os)
 	}
 	if err != nil {
-		return &errStatus{code: 0, msg: "encoding: " + err.Error()}
+		return nil, &errStatus{code: 0, msg: "encoding: " + err.Error()}
 	}
 	u := q.server + "/api/v1/jobs/" + url.PathEscape(it.job) + "/" + q.kind
-	return postBody(ctx, q.client, q.token, q.timeout, http.MethodPost, u, "application/x-protobuf", bytes.NewReader(body))
+	if it.world > 0 {
+		// An unknown job is registered from the world its ranks
+		// announced (as collective ingest does): the agent may ship a
+		// window before the trainer's client registers the job.
+		u += "?world=" + strconv.Itoa(it.world)
+	}
+	return postAnswer(ctx, q.client, q.token, q.timeout, http.MethodPost, u, "application/x-protobuf", bytes.NewReader(body))
+}
+
+// noteRefused counts the records the server left out of an accepted
+// batch (its answer's "refused") and logs the first, at most once a
+// minute per route.
+func (q *profQueue) noteRefused(job string, ans []byte) {
+	var a struct {
+		Refused        int `json:"refused"`
+		RefusedRecords []struct {
+			Error string `json:"error"`
+		} `json:"refused_records"`
+	}
+	if json.Unmarshal(ans, &a) != nil || a.Refused <= 0 {
+		return
+	}
+	q.m.dropped.WithLabelValues(q.kind, "refused").Add(float64(a.Refused))
+	now := q.now()
+	q.mu.Lock()
+	quiet := now.Before(q.refusedLogAt)
+	if !quiet {
+		q.refusedLogAt = now.Add(time.Minute)
+	}
+	q.mu.Unlock()
+	if !quiet {
+		first := ""
+		if len(a.RefusedRecords) > 0 {
+			first = a.RefusedRecords[0].Error
+		}
+		q.log.Warn("the server refused invalid records of a "+q.kind+" batch and stored the rest", "job", job, "refused", a.Refused, "first", first)
+	}
 }
 
 // sysomSide is the agent's profiling half.
 type sysomSide struct {
-	cfg    *Config
-	reg    registry
-	slots  slots
-	stacks *profQueue
-	os     *profQueue
-	syms   *symUploader
-	m      *profMetrics
-	warned sync.Map // one-time warnings
+	cfg       *Config
+	sanitized *prometheus.CounterVec
+	proc      string // procfs root ("/proc"; tests use a fake tree)
+	hostNS    uint64 // the agent's pid namespace
+	reg       registry
+	slots     slots
+	stacks    *profQueue
+	os        *profQueue
+	syms      *symUploader
+	m         *profMetrics
+	warned    sync.Map // one-time warnings
 }
 
 func newSysomSide(cfg *Config, m *Metrics) *sysomSide {
@@ -350,7 +394,8 @@ func newSysomSide(cfg *Config, m *Metrics) *sysomSide {
 		return &profQueue{kind: kind, server: cfg.Server, token: cfg.Token, client: cfg.Client, timeout: cfg.RequestTimeout,
 			maxBytes: maxBytes, log: cfg.Log, m: pm, now: time.Now, lost: map[string]int64{}}
 	}
-	s := &sysomSide{cfg: cfg, m: pm, stacks: q("stacks", cmp.Or(cfg.MaxProfileBytes, 64<<20)), os: q("osstats", 16<<20)}
+	s := &sysomSide{cfg: cfg, m: pm, sanitized: m.sanitized, proc: "/proc", hostNS: nsInode("/proc/self/ns/pid"),
+		stacks: q("stacks", cmp.Or(cfg.MaxProfileBytes, 64<<20)), os: q("osstats", 16<<20)}
 	s.syms = newSymUploader(cfg, pm)
 	return s
 }
@@ -375,6 +420,44 @@ func (s *sysomSide) rankOf(pid int) (int, bool) {
 		s.warnOnce("slots", "too many (job, rank) registrations over the agent's life; new ones are not profiled", "max", maxSlots)
 	}
 	return id, ok
+}
+
+// credOf is the credentials of the process registered as job's rank; nil
+// for rank −1 (-profile-all: an admin chose to ship every process) and
+// for an unknown rank, which then gets nothing uploaded.
+func (s *sysomSide) credOf(job string, rank int) *register.Cred {
+	if rank < 0 || s.reg == nil {
+		return nil
+	}
+	for _, r := range s.reg.All() {
+		if r.Job == job && r.Rank == rank {
+			c := r.Cred
+			return &c
+		}
+	}
+	return &register.Cred{UID: noUID, GID: noUID} // gone: nobody may read anything
+}
+
+// noUID is a uid no file belongs to (the kernel's overflow uid is 65534;
+// this is (uid_t)−2, never assigned).
+const noUID = 1<<32 - 2
+
+// reveal is cpuprof.Config.Reveal: whether the registrant of the rank in
+// slot could read process pid itself (visibility.go).
+func (s *sysomSide) reveal(slot, pid int) bool {
+	if s.cfg.ShowOtherProcesses {
+		return true
+	}
+	jr, ok := s.slots.get(slot)
+	if !ok {
+		return false
+	}
+	c := s.credOf(jr.job, jr.rank)
+	if c == nil {
+		return false
+	}
+	p, ok := readProcIDs(s.proc, pid)
+	return ok && mayRead(*c, p, s.hostNS)
 }
 
 // ranks is osstat.Config.Ranks: pid → slot of every registration.
@@ -407,10 +490,16 @@ func (s *sysomSide) emitStacks(b *stack.Batch) {
 	if b == nil {
 		return
 	}
-	s.syms.sawBatch(b)
+	if n := sanitizeStacks(b); n > 0 {
+		s.sanitized.WithLabelValues("stacks").Add(float64(n))
+	}
 	var unattributed int64
+	worlds := s.worlds()
 	for job, jb := range splitStacks(b, s.attribute, &unattributed) {
-		s.stacks.push(pqItem{job: job, stacks: jb, weight: stackWeight(jb)})
+		// Each job's files are uploaded with its own registrants'
+		// credentials (visibility.go).
+		s.syms.sawBatch(jb, func(rank int) *register.Cred { return s.credOf(job, rank) })
+		s.stacks.push(pqItem{job: job, world: worlds[job], stacks: jb, weight: stackWeight(jb)})
 	}
 	if unattributed > 0 {
 		s.m.dropped.WithLabelValues("stacks", "unattributed").Add(float64(unattributed))
@@ -485,9 +574,26 @@ func (s *sysomSide) emitOS(b *osstat.Batch) {
 		s.m.dropped.WithLabelValues("osstats", "unattributed").Inc()
 		return
 	}
-	for job, jb := range splitOS(b, jobs, s.attribute, s.gpuOwner()) {
-		s.os.push(pqItem{job: job, os: jb, weight: osWeight(jb)})
+	if n := sanitizeOS(b); n > 0 {
+		s.sanitized.WithLabelValues("osstats").Add(float64(n))
 	}
+	worlds := s.worlds()
+	for job, jb := range splitOS(b, jobs, s.attribute, s.gpuOwner()) {
+		s.os.push(pqItem{job: job, world: worlds[job], os: jb, weight: osWeight(jb)})
+	}
+}
+
+// worlds maps each registered job to the largest world size its ranks
+// announced.
+func (s *sysomSide) worlds() map[string]int {
+	out := map[string]int{}
+	if s.reg == nil {
+		return out
+	}
+	for _, r := range s.reg.All() {
+		out[r.Job] = max(out[r.Job], r.World)
+	}
+	return out
 }
 
 // gpuOwner maps a GPU index to the registered process whose local rank
@@ -560,7 +666,7 @@ func (s *sysomSide) start(ctx context.Context, wg *sync.WaitGroup, newProf func(
 	}
 	if cfg.ProfileOn {
 		pc := cfg.Profile
-		pc.RankOf, pc.Emit = s.rankOf, s.emitStacks
+		pc.RankOf, pc.Emit, pc.Reveal, pc.SampleSelf = s.rankOf, s.emitStacks, s.reveal, true
 		if pc.Log == nil {
 			pc.Log = cfg.Log
 		}
@@ -678,6 +784,9 @@ type symReq struct {
 	id, path     string
 	pid          int
 	start, limit uint64 // the mapping, for /proc/<pid>/map_files
+	// cred: the registrant whose job sampled the mapping; the file is
+	// opened with its credentials (nil: the agent's, -profile-all).
+	cred *register.Cred
 }
 
 // symState: done (asked and settled) or when to ask again.
@@ -688,6 +797,10 @@ type symState struct {
 }
 
 const (
+	// unreadableFails marks a Build-ID whose file the registrant could
+	// not read; it is asked again after unreadableRetry, not the backoff.
+	unreadableFails = 1 << 20
+	unreadableRetry = 10 * time.Minute
 	// symChunk is one upload part (contract §4: at most 64 MiB).
 	symChunk = 64 << 20
 	// maxSymState bounds the Build-IDs remembered.
@@ -706,12 +819,14 @@ func newSymUploader(cfg *Config, m *profMetrics) *symUploader {
 
 // sawBatch notes the batch's Build-IDs; new ones are queued without
 // blocking (a full queue: asked again when next seen).
-func (u *symUploader) sawBatch(b *stack.Batch) {
+func (u *symUploader) sawBatch(b *stack.Batch, credOf func(rank int) *register.Cred) {
 	pids := make([]int, len(b.Mappings))
+	creds := make([]*register.Cred, len(b.Mappings))
 	for i := range b.Samples {
 		for _, fr := range b.Samples[i].Frames {
 			if fr.Kind == stack.Native && fr.Mapping >= 0 && int(fr.Mapping) < len(pids) && pids[fr.Mapping] == 0 {
 				pids[fr.Mapping] = b.Samples[i].PID
+				creds[fr.Mapping] = credOf(b.Samples[i].Rank)
 			}
 		}
 	}
@@ -730,7 +845,7 @@ func (u *symUploader) sawBatch(b *stack.Batch) {
 			continue
 		}
 		select {
-		case u.ch <- symReq{id: m.BuildID, path: m.Path, pid: pids[i], start: m.Start, limit: m.Limit}:
+		case u.ch <- symReq{id: m.BuildID, path: m.Path, pid: pids[i], start: m.Start, limit: m.Limit, cred: creds[i]}:
 			st.retryAt = now.Add(time.Hour) // in flight; settle sets the outcome
 			u.state[m.BuildID] = st
 		default:
@@ -745,7 +860,11 @@ func (u *symUploader) settle(id string, done bool) {
 	st.done = done
 	if !done {
 		st.fails++
-		st.retryAt = u.now().Add(backoff(st.fails + 4)) // ≥ 4 s, up to a minute
+		d := backoff(st.fails + 4) // ≥ 4 s, up to a minute
+		if st.fails > unreadableFails {
+			d = unreadableRetry
+		}
+		st.retryAt = u.now().Add(d)
 	}
 	u.state[id] = st
 }
@@ -778,8 +897,21 @@ func (u *symUploader) handle(ctx context.Context, r symReq) bool {
 	default:
 		return false
 	}
-	fh, err := u.locate(r)
-	if err != nil {
+	// Opened as the registrant: a binary it could not read itself is
+	// never uploaded into its job's reach (issue 16 item 10).
+	fh, err := openAs(r.cred, func() (*os.File, error) { return u.locate(r) })
+	switch {
+	case errors.Is(err, os.ErrPermission) || errors.Is(err, errCred):
+		u.log.Debug("the registrant cannot read this Build-ID's file; not uploading it", "build_id", r.id, "path", r.path, "err", err)
+		u.m.symUploads.WithLabelValues("unreadable").Inc()
+		// Another job's registrant may read it: ask again, not soon.
+		u.mu.Lock()
+		st := u.state[r.id]
+		st.fails = max(st.fails, unreadableFails)
+		u.state[r.id] = st
+		u.mu.Unlock()
+		return false
+	case err != nil:
 		u.log.Debug("no local file for a Build-ID; its frames stay unnamed unless the server has symbols", "build_id", r.id, "path", r.path, "err", err)
 		u.m.symUploads.WithLabelValues("missing").Inc()
 		return true
@@ -822,11 +954,14 @@ func (u *symUploader) locate(r symReq) (*os.File, error) {
 	for _, root := range []string{filepath.Join(proc, "root"), u.root} {
 		cands = append(cands, cand{func() (*os.File, error) { return elfinfo.OpenInRoot(root, r.path, false) }, root})
 	}
-	var lastErr error = errors.New("not found")
+	var lastErr, permErr error = errors.New("not found"), nil
 	for _, c := range cands {
 		fh, err := c.open()
 		if err != nil {
 			lastErr = err
+			if errors.Is(err, os.ErrPermission) {
+				permErr = err
+			}
 			continue
 		}
 		f, err := elf.NewFile(fh)
@@ -854,6 +989,9 @@ func (u *symUploader) locate(r symReq) (*os.File, error) {
 			}
 			fh.Close()
 		}
+	}
+	if permErr != nil {
+		return nil, permErr // denied somewhere: not "missing"
 	}
 	return nil, lastErr
 }

@@ -62,7 +62,8 @@ func hasNote(rep *Report, sub string) bool {
 	return false
 }
 
-// D1: one vector at step 2^62 after steps 1..100. Windows are counted in
+// D1: one vector at the largest step ingest takes (2^48−1; 2^62 before
+// incarnations took the bits above it) after steps 1..100. Windows are counted in
 // stored steps, and an explicit window costs what it stores, not its
 // arithmetic span: every report below is a report (the explicit ones were
 // 413 "window of 4611686018427387904 steps").
@@ -70,7 +71,7 @@ func TestD1_FarStepKeepsReportsWorking(t *testing.T) {
 	d := sim.DDP{Ranks: 4, Steps: 101, Seed: 1}
 	vs := d.Vectors()[4:] // steps 1..100
 	far := vs[0]
-	far.Step = 1 << 62
+	far.Step = stagevec.MaxStep
 	st := storedJob(t, d.Job("j"), vs, []stagevec.Vector{far})
 	a := New(st, Limits{})
 	for _, c := range []struct {
@@ -78,13 +79,13 @@ func TestD1_FarStepKeepsReportsWorking(t *testing.T) {
 		req      Request
 		from, to int64
 	}{
-		{"last=50", Request{Last: 50}, 52, 1 << 62},
-		{"last=2", Request{Last: 2}, 100, 1 << 62},
-		{"last=200", Request{Last: 200}, 1, 1 << 62},
-		{"from=0", Request{From: ptr(0)}, 1, 1 << 62},
-		{"from=0&to=2^62", Request{From: ptr(0), To: ptr(1 << 62)}, 1, 1 << 62},
-		{"from=90&to=max", Request{From: ptr(90), To: ptr(math.MaxInt64)}, 90, 1 << 62},
-		{"default", Request{}, -1, -1}, // ends at 2^62, or at 100 where the far vector is refused
+		{"last=50", Request{Last: 50}, 52, stagevec.MaxStep},
+		{"last=2", Request{Last: 2}, 100, stagevec.MaxStep},
+		{"last=200", Request{Last: 200}, 1, stagevec.MaxStep},
+		{"from=0", Request{From: ptr(0)}, 1, stagevec.MaxStep},
+		{"from=0&to=2^62", Request{From: ptr(0), To: ptr(1 << 62)}, 1, stagevec.MaxStep},
+		{"from=90&to=max", Request{From: ptr(90), To: ptr(math.MaxInt64)}, 90, stagevec.MaxStep},
+		{"default", Request{}, -1, -1}, // ends at MaxStep, or at 100 where the far vector is refused
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.req.Job = "j"
@@ -97,7 +98,7 @@ func TestD1_FarStepKeepsReportsWorking(t *testing.T) {
 				t.Fatalf("window %+v, want %d–%d", rep.Window, c.from, c.to)
 			}
 			// The far vector is in the window: it is analyzed (a sparse
-			// step is one step, not 2^62) or, where the ingest bound on
+			// step is one step, not 2^48) or, where the ingest bound on
 			// steps rejects it, left out with a note.
 			g := rep.Groups[0].Report
 			stored := int64(0)
@@ -107,7 +108,7 @@ func TestD1_FarStepKeepsReportsWorking(t *testing.T) {
 				}
 			}
 			far := int64(0)
-			if rep.Window.To == 1<<62 {
+			if rep.Window.To == stagevec.MaxStep {
 				far = 1
 			}
 			if n := int64(g.NumSteps); n != stored+far && !(n == stored && hasNote(rep, "left out")) {

@@ -17,6 +17,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/engine/kair"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/optrace"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
@@ -42,6 +43,7 @@ type (
 // KAIR verdicts (kair.TraceVerdict), for callers above analysis.
 const (
 	KairVerdictCulprit      = kair.VerdictCulprit
+	KairVerdictRank         = kair.VerdictRank
 	KairVerdictNone         = kair.VerdictNone
 	KairVerdictInconclusive = kair.VerdictInconclusive
 )
@@ -218,7 +220,38 @@ type Kair struct {
 	// counts their events (≤ CachedTimelineEvents).
 	timelines      []cachedTimeline
 	timelineEvents int
+	// progress is, per job, the step each rank last reported in its
+	// capture poll (KAIR §III-A Feature 2: a plan starts at a step every
+	// rank will reach, chosen from these); one entry per polling rank.
+	progress map[string]map[int]*rankProgress
+	// progressInc is, per job, the incarnation the polls in progress come
+	// from (the newest a poll named): a restart starts the steps over.
+	progressInc map[string]int
+	// provisional holds the open captures (job\x00id → created ns) whose
+	// start step was set without a known step time, so without a time
+	// margin: none is handed out until the polls give a step rate (or
+	// provisionalWaitNS passed), and its start is set then.
+	provisional map[string]int64
 }
+
+// rankProgress is a rank's last poll-reported step and an earlier report
+// at least progressGapNS before it (its step rate).
+type rankProgress struct {
+	step, atNS   int64
+	step0, at0NS int64
+}
+
+const (
+	// progressGapNS: a step rate is measured over reports at least this
+	// far apart (polls come every ~2 s).
+	progressGapNS = int64(1e9)
+	// progressStaleNS: a rank whose last report is older no longer says
+	// where the job is (it stopped polling, or the job restarted).
+	progressStaleNS = int64(120e9)
+	// provisionalWaitNS bounds how long a plan waits for a step rate
+	// (two polls of each rank, ~2 s apart) before it is handed out as is.
+	provisionalWaitNS = int64(15e9)
+)
 
 type cachedTimeline struct {
 	key    string // the report's key
@@ -242,7 +275,8 @@ type kairFlight struct {
 func NewKair(src KairSource, cfg KairConfig) *Kair {
 	cfg.setDefaults()
 	return &Kair{src: src, cfg: cfg, log: slog.Default(), intn: mrand.IntN, open: map[string]*store.Capture{},
-		running: map[string]*kairFlight{}, gen: map[string]uint64{}}
+		running: map[string]*kairFlight{}, gen: map[string]uint64{}, progress: map[string]map[int]*rankProgress{},
+		progressInc: map[string]int{}, provisional: map[string]int64{}}
 }
 
 // SetLogger sets where panics in the engine are logged.
@@ -257,6 +291,13 @@ func (k *Kair) Forget(job string) {
 	defer k.mu.Unlock()
 	delete(k.open, job)
 	delete(k.gen, job)
+	delete(k.progress, job)
+	delete(k.progressInc, job)
+	for key := range k.provisional {
+		if strings.HasPrefix(key, job+"\x00") {
+			delete(k.provisional, key)
+		}
+	}
 	k.cache = slices.DeleteFunc(k.cache, func(c cachedKair) bool { return strings.HasPrefix(c.key, job+"\x00") })
 	k.timelines = slices.DeleteFunc(k.timelines, func(c cachedTimeline) bool {
 		if strings.HasPrefix(c.key, job+"\x00") {
@@ -377,7 +418,7 @@ func (k *Kair) Create(job string, req CaptureRequest, h CaptureHints, nowNS int6
 		return nil, err
 	}
 	c := &store.Capture{Job: job, Trigger: h.Trigger, CreatedNS: nowNS, Steps: req.Steps, Every: req.Every,
-		Fetched: []int{}, Uploaded: []int{}, State: store.CapturePending}
+		Fetched: []int{}, Uploaded: []int{}, State: store.CapturePending, Incarnation: j.Current()}
 	if c.Trigger == "" {
 		c.Trigger = TriggerManual
 	}
@@ -403,23 +444,36 @@ func (k *Kair) Create(job string, req CaptureRequest, h CaptureHints, nowNS int6
 		return nil, err
 	}
 	// KAIR §III-A Feature 2: ranks start recording at a common step a
-	// little ahead of the newest one, so every rank has polled the plan.
-	lead := k.cfg.LeadSteps
-	if h.StepNS > 0 {
-		lead = max(lead, min((k.cfg.LeadNS+h.StepNS-1)/h.StepNS, 100_000))
+	// little ahead of the newest one any rank reported (stored vectors,
+	// or the ranks' own polls), so every rank has polled the plan before
+	// it starts (issue 16 item 7b).
+	k.mu.Lock()
+	if h.StepNS <= 0 {
+		h.StepNS = k.polledStepNSLocked(job, nowNS)
 	}
+	newest, known := k.newestStepLocked(job, nowNS, h.StepNS)
+	if inc, ok := k.progressInc[job]; ok && inc != c.Incarnation {
+		newest, known = -1, false // the polls come from another launch
+	}
+	k.mu.Unlock()
+	// Stored steps are ordinals (stagevec.Ordinal): only the capture's
+	// incarnation's steps count.
+	if inc, last := stagevec.SplitOrdinal(max(st.LastStep, 0)); st.Vectors > 0 && st.LastStep >= 0 && inc == c.Incarnation && (!known || last > newest) {
+		newest, known = last, true
+	}
+	lead := k.leadSteps(h.StepNS)
 	switch {
 	case req.StartStep != nil:
 		if *req.StartStep < 0 || *req.StartStep > optrace.MaxStep {
 			return nil, signal.FieldErrorf("start_step", "must be in [0, %d], got %d", optrace.MaxStep, *req.StartStep)
 		}
 		c.StartStep = *req.StartStep
-	case st.Vectors > 0 && st.LastStep >= 0:
-		c.StartStep = st.LastStep + lead
+	case known:
+		c.StartStep = min(newest+lead, optrace.MaxStep)
 	}
 	wait := k.cfg.DeadlineNS
 	if h.StepNS > 0 {
-		ahead := max(c.StartStep-max(st.LastStep, 0), 0) + int64(c.Steps*c.Every)
+		ahead := max(c.StartStep-max(newest, 0), 0) + int64(c.Steps*c.Every)
 		wait = k.cfg.MaxDeadlineNS
 		if ahead <= k.cfg.MaxDeadlineNS/h.StepNS { // no overflow: clamped below anyway
 			wait = ahead*h.StepNS + k.cfg.SlackNS
@@ -427,7 +481,7 @@ func (k *Kair) Create(job string, req CaptureRequest, h CaptureHints, nowNS int6
 			// The capture would expire before its first step: say so now
 			// rather than let it lapse unseen.
 			return nil, signal.FieldErrorf("start_step", "step %d is %d steps past the newest step %d; at ~%d ms a step the recording would end after the %d s a capture waits",
-				c.StartStep, c.StartStep-max(st.LastStep, 0), st.LastStep, h.StepNS/1e6, k.cfg.MaxDeadlineNS/1e9)
+				c.StartStep, c.StartStep-max(newest, 0), newest, h.StepNS/1e6, k.cfg.MaxDeadlineNS/1e9)
 		}
 	}
 	c.DeadlineNS = nowNS + min(max(wait, k.cfg.SlackNS), k.cfg.MaxDeadlineNS)
@@ -445,6 +499,9 @@ func (k *Kair) Create(job string, req CaptureRequest, h CaptureHints, nowNS int6
 		return nil, err
 	}
 	k.open[job] = c
+	if req.StartStep == nil && h.StepNS <= 0 {
+		k.provisional[job+"\x00"+c.ID] = nowNS
+	}
 	k.notify(c)
 	return cloneCapture(c), nil
 }
@@ -651,26 +708,74 @@ func (k *Kair) Cancel(job, id string, nowNS int64) (*store.Capture, error) {
 
 // Pending is a rank's poll: the open capture it should record (nil when
 // none, or when it already answered), marking it fetched.
-func (k *Kair) Pending(job string, rank int, nowNS int64) (*store.Capture, error) {
+//
+// step is the step the rank last began (-1: not said, an older client):
+// it keeps the job's progress and step rate for the plans' start steps. A
+// plan created without a known step time (its start step has no time
+// margin, or is 0, "the client's next step") is not handed out until the
+// polls give a rate, up to provisionalWaitNS; its start step is set on
+// that first fetch, before any rank holds it, so the ranks do not each
+// start wherever their poll found them.
+//
+// inc is the incarnation the polling process belongs to (-1: not said,
+// an older client): only a capture of its own launch is handed to it, and
+// a poll from a newer launch closes an older launch's open capture — its
+// processes are gone (docs/design/roles-and-runs.md).
+func (k *Kair) Pending(job string, rank int, step int64, inc int, nowNS int64) (*store.Capture, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if inc >= 0 {
+		switch cur, ok := k.progressInc[job]; {
+		case !ok || inc > cur:
+			k.progressInc[job] = inc
+			if ok {
+				delete(k.progress, job) // a restart: its steps start over
+			}
+		case inc < cur:
+			step = -1 // a straggler of an earlier launch says nothing of the newest's progress
+		}
+	}
+	k.noteStepLocked(job, rank, step, nowNS)
 	c, err := k.openLocked(job, nowNS)
 	if err != nil || c == nil {
 		return nil, err
 	}
+	if inc > c.Incarnation {
+		return nil, k.closeForRestartLocked(c, inc, nowNS)
+	}
+	if inc >= 0 && inc < c.Incarnation {
+		return nil, nil
+	}
 	if !slices.Contains(c.Ranks, rank) || slices.Contains(c.Uploaded, rank) || c.Failed[strconv.Itoa(rank)] != "" {
 		return nil, nil
+	}
+	pkey := job + "\x00" + c.ID
+	created, provisional := k.provisional[pkey]
+	stepNS := int64(0)
+	if provisional {
+		// Its start was set without a step time: wait for the polls to
+		// give one (no rank holds the plan yet, so it may still move). A
+		// client that reports no step (older) would never give one.
+		if stepNS = k.polledStepNSLocked(job, nowNS); stepNS <= 0 && step >= 0 && nowNS-created < provisionalWaitNS && len(c.Fetched) == 0 {
+			return nil, nil
+		}
 	}
 	if !slices.Contains(c.Fetched, rank) {
 		next := cloneCapture(c)
 		next.Fetched = append(next.Fetched, rank)
 		slices.Sort(next.Fetched)
 		next.State = store.CaptureRecording
+		if provisional && len(c.Fetched) == 0 {
+			if newest, ok := k.newestStepLocked(job, nowNS, stepNS); ok {
+				next.StartStep = min(max(newest+k.leadSteps(stepNS), next.StartStep), optrace.MaxStep)
+			}
+		}
 		if err := k.src.PutCapture(next); err != nil {
 			return nil, err
 		}
 		entered := c.State != store.CaptureRecording
 		k.open[job] = next
+		delete(k.provisional, pkey)
 		c = next
 		if entered {
 			k.notify(c)
@@ -679,12 +784,35 @@ func (k *Kair) Pending(job string, rank int, nowNS int64) (*store.Capture, error
 	return cloneCapture(c), nil
 }
 
+// closeForRestartLocked ends capture c of an earlier launch once a
+// process of launch inc polls: the ranks it asked are gone, so it stops
+// waiting for them (its deadline has passed; uploads already on their way
+// are still taken) and says why. k.mu is held.
+func (k *Kair) closeForRestartLocked(c *store.Capture, inc int, nowNS int64) error {
+	next := cloneCapture(c)
+	next.DeadlineNS = min(next.DeadlineNS, nowNS-1) // passed: settledState closes it
+	next.Note = fmt.Sprintf("the job restarted (incarnation %d) while this capture of incarnation %d was open", inc, c.Incarnation)
+	next.State = settledState(next, nowNS)
+	if err := k.src.PutCapture(next); err != nil {
+		return err
+	}
+	k.open[c.Job] = nil
+	delete(k.provisional, c.Job+"\x00"+c.ID)
+	k.notify(next)
+	return nil
+}
+
 // CheckUpload is what an upload must pass before its body is read: the
-// capture exists, is not cancelled, and asked rank.
-func (k *Kair) CheckUpload(job, id string, rank int, nowNS int64) (*store.Capture, error) {
+// capture exists, is not cancelled, asked rank, and belongs to the
+// uploading process's incarnation (inc; -1 when the client did not say).
+func (k *Kair) CheckUpload(job, id string, rank, inc int, nowNS int64) (*store.Capture, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.checkUploadLocked(job, id, rank, nowNS)
+	c, err := k.checkUploadLocked(job, id, rank, nowNS)
+	if err == nil && inc >= 0 && inc != c.Incarnation {
+		return nil, &signal.ConflictError{Field: "incarnation", Msg: fmt.Sprintf("capture %s asked incarnation %d of job %q; this process belongs to incarnation %d", id, c.Incarnation, signal.Clip(job), inc)}
+	}
+	return c, err
 }
 
 func (k *Kair) checkUploadLocked(job, id string, rank int, nowNS int64) (*store.Capture, error) {
@@ -706,7 +834,7 @@ func (k *Kair) checkUploadLocked(job, id string, rank int, nowNS int64) (*store.
 // uploads (past the deadline) are kept: a slow upload still adds
 // evidence.
 func (k *Kair) PutTrace(job, id string, t *optrace.Trace, hb []store.OpHeartbeat, nowNS int64) (*store.Capture, error) {
-	c, err := k.CheckUpload(job, id, t.Rank, nowNS)
+	c, err := k.CheckUpload(job, id, t.Rank, -1, nowNS)
 	if err != nil {
 		return nil, err
 	}
@@ -1174,4 +1302,76 @@ func buildTimelines(traces []optrace.Trace, ranks []int, offsets map[int]int64, 
 		out[step] = tl
 	}
 	return out
+}
+
+// leadSteps is how far ahead of the newest reported step a plan starts:
+// LeadNS of steps at stepNS (LeadSteps when unknown, at least that): the
+// newest step a server knows is up to a shipping batch or a poll period
+// old, and every rank must poll once (every ~2 s) before the start.
+func (k *Kair) leadSteps(stepNS int64) int64 {
+	lead := k.cfg.LeadSteps
+	if stepNS > 0 {
+		lead = max(lead, min((k.cfg.LeadNS+stepNS-1)/stepNS, 100_000))
+	}
+	return lead
+}
+
+// noteStepLocked records rank's poll-reported step (k.mu held). Bounded:
+// one entry per rank that polls a job the store knows.
+func (k *Kair) noteStepLocked(job string, rank int, step, nowNS int64) {
+	if step < 0 || step > optrace.MaxStep {
+		return
+	}
+	m := k.progress[job]
+	if m == nil {
+		m = map[int]*rankProgress{}
+		k.progress[job] = m
+	}
+	p := m[rank]
+	switch {
+	case p == nil || step < p.step || nowNS-p.atNS > progressStaleNS:
+		// First report, a restart (the step went back) or a long silence:
+		// start over.
+		m[rank] = &rankProgress{step: step, atNS: nowNS, step0: step, at0NS: nowNS}
+	default:
+		if nowNS-p.atNS >= progressGapNS && step > p.step {
+			p.step0, p.at0NS = p.step, p.atNS
+		}
+		p.step, p.atNS = step, nowNS
+	}
+}
+
+// polledStepNSLocked is the job's step time from its ranks' poll reports:
+// the median over fresh ranks of their rate between two reports (0 when
+// none has two). k.mu held.
+func (k *Kair) polledStepNSLocked(job string, nowNS int64) int64 {
+	var rates []int64
+	for _, p := range k.progress[job] {
+		if nowNS-p.atNS <= progressStaleNS && p.step > p.step0 && p.atNS-p.at0NS >= progressGapNS {
+			rates = append(rates, (p.atNS-p.at0NS)/(p.step-p.step0))
+		}
+	}
+	if len(rates) == 0 {
+		return 0
+	}
+	slices.Sort(rates)
+	return max(rates[len(rates)/2], 1)
+}
+
+// newestStepLocked is the newest step any fresh rank has reached by
+// nowNS: its last report, plus the steps since at stepNS (0: none). k.mu
+// held.
+func (k *Kair) newestStepLocked(job string, nowNS, stepNS int64) (int64, bool) {
+	newest, ok := int64(-1), false
+	for _, p := range k.progress[job] {
+		if nowNS-p.atNS > progressStaleNS {
+			continue
+		}
+		s := p.step
+		if stepNS > 0 && nowNS > p.atNS {
+			s += (nowNS - p.atNS) / stepNS
+		}
+		newest, ok = max(newest, min(s, optrace.MaxStep)), true
+	}
+	return newest, ok
 }

@@ -64,17 +64,17 @@ func TestKairLifecycle(t *testing.T) {
 	if _, err := k.Create("j", CaptureRequest{}, CaptureHints{Trigger: TriggerAuto}, now); !errors.Is(err, ErrCaptureOpen) {
 		t.Fatalf("second capture: %v", err)
 	}
-	p, err := k.Pending("j", 1, now+sec)
+	p, err := k.Pending("j", 1, -1, -1, now+sec)
 	if err != nil || p == nil || p.ID != c.ID || p.State != store.CaptureRecording || !slices.Equal(p.Fetched, []int{1}) {
 		t.Fatalf("poll: %+v %v", p, err)
 	}
-	if p, _ := k.Pending("j", 1, now+2*sec); p == nil || !slices.Equal(p.Fetched, []int{1}) {
+	if p, _ := k.Pending("j", 1, -1, -1, now+2*sec); p == nil || !slices.Equal(p.Fetched, []int{1}) {
 		t.Fatalf("second poll: %+v", p)
 	}
 	if _, err := k.PutTrace("j", c.ID, stepTrace(1, 10, 11, 5, 1000), nil, now+3*sec); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := k.Pending("j", 1, now+4*sec); p != nil {
+	if p, _ := k.Pending("j", 1, -1, -1, now+4*sec); p != nil {
 		t.Fatalf("rank 1 uploaded, still polled: %+v", p)
 	}
 	if _, err := k.FailRank("j", c.ID, 2, "no torch.profiler", now+5*sec); err != nil {
@@ -108,7 +108,7 @@ func TestKairLifecycle(t *testing.T) {
 	if _, err := k.PutTrace("j", c2.ID, stepTrace(0, 1, 1, 1, 1), nil, now+3*sec); !errors.Is(err, ErrCaptureClosed) {
 		t.Fatalf("upload to cancelled: %v", err)
 	}
-	if p, _ := k.Pending("j", 0, now+3*sec); p != nil {
+	if p, _ := k.Pending("j", 0, -1, -1, now+3*sec); p != nil {
 		t.Fatalf("cancelled capture polled: %+v", p)
 	}
 	c3, err := k.Create("j", CaptureRequest{Ranks: []int{1}}, CaptureHints{}, now+4*sec)
@@ -137,7 +137,7 @@ func TestKairOpenSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := NewKair(st, KairConfig{})
-	if p, err := k.Pending("j", 1, now+sec); err != nil || p == nil || p.ID != c.ID {
+	if p, err := k.Pending("j", 1, -1, -1, now+sec); err != nil || p == nil || p.ID != c.ID {
 		t.Fatalf("poll after restart: %+v %v", p, err)
 	}
 	if _, err := k.Create("j", CaptureRequest{}, CaptureHints{}, now); !errors.Is(err, ErrCaptureOpen) {
@@ -539,5 +539,87 @@ func TestKairCaptureEventBudget(t *testing.T) {
 	}
 	if _, err := k.PutTrace("j", c.ID, stepTrace(1, 1, 1, 30, 1000), nil, 5); err != nil { // 250
 		t.Fatalf("at the budget: %v", err)
+	}
+}
+
+// Issue 16 item 7b: a plan starts at a step every rank will reach, chosen
+// from the ranks' own poll-reported steps — also for a job with no stage
+// vectors, where the start used to be 0 ("each rank's next step"), so
+// ranks polling seconds apart recorded different steps. The margin is
+// LeadNS of steps at the polled step rate.
+func TestKairStartStepFromPolls(t *testing.T) {
+	st := kairStore(t, 4)
+	k := NewKair(st, KairConfig{})
+	now := int64(1_800_000_000) * sec
+	// Four ranks at ~100 ms a step poll every 2 s; rank 3 is a step behind.
+	for i := range int64(3) {
+		for r := range 4 {
+			step := 100 + 20*i
+			if r == 3 {
+				step--
+			}
+			if p, err := k.Pending("j", r, step, -1, now+i*2*sec); err != nil || p != nil {
+				t.Fatalf("poll: %+v %v", p, err)
+			}
+		}
+	}
+	at := now + 4*sec + 500_000_000 // half a second after the last polls: ~5 more steps
+	c, err := k.Create("j", CaptureRequest{}, CaptureHints{Trigger: TriggerAuto}, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// newest 140 + 5 steps since, + 10 s at 100 ms a step.
+	if c.StartStep != 145+100 {
+		t.Fatalf("start step %d, want 245 (newest reported 140, +5 since, +100 lead)", c.StartStep)
+	}
+	// The deadline covers the lead and the recording at the polled rate.
+	if want := at + (100+int64(c.Steps))*100_000_000 + 300*sec; c.DeadlineNS != want {
+		t.Errorf("deadline %d, want %d", c.DeadlineNS, want)
+	}
+}
+
+// A plan created without a step time — no rank had said where it is, or
+// only once (no rate) — is not handed out until the polls give a rate,
+// then gets a start step 10 s of steps ahead on its first fetch, the same
+// for every rank; after provisionalWaitNS without a rate it goes out with
+// the 10-step lead.
+func TestKairStartStepFixedOnFirstFetch(t *testing.T) {
+	st := kairStore(t, 3)
+	k := NewKair(st, KairConfig{})
+	now := int64(1_800_000_000) * sec
+	c, err := k.Create("j", CaptureRequest{}, CaptureHints{Trigger: TriggerAuto}, now)
+	if err != nil || c.StartStep != 0 {
+		t.Fatalf("%+v %v", c, err)
+	}
+	// One report per rank: no rate yet, the plan is held back.
+	for r := range 3 {
+		if p, err := k.Pending("j", r, 57, -1, now+sec); err != nil || p != nil {
+			t.Fatalf("rank %d, no rate yet: %+v %v", r, p, err)
+		}
+	}
+	// 2 s later at 50 ms a step: the rate is known; start = 97 + 200.
+	p0, err := k.Pending("j", 0, 97, -1, now+3*sec)
+	if err != nil || p0 == nil || p0.StartStep != 97+200 {
+		t.Fatalf("first fetch: %+v %v (want start 297)", p0, err)
+	}
+	p1, _ := k.Pending("j", 1, 99, -1, now+4*sec)
+	p2, _ := k.Pending("j", 2, -1, -1, now+4*sec)
+	if p1 == nil || p2 == nil || p1.StartStep != 297 || p2.StartStep != 297 {
+		t.Fatalf("later fetches: %+v %+v", p1, p2)
+	}
+	if got, _ := k.Capture("j", c.ID, now+5*sec); got.StartStep != 297 {
+		t.Fatalf("stored start %d", got.StartStep)
+	}
+	// A job whose ranks report no rate: the plan goes out after the wait.
+	st2 := kairStore(t, 2)
+	k2 := NewKair(st2, KairConfig{})
+	if _, err := k2.Create("j", CaptureRequest{}, CaptureHints{Trigger: TriggerAuto}, now); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := k2.Pending("j", 0, 57, -1, now+sec); p != nil {
+		t.Fatalf("held back within the wait: %+v", p)
+	}
+	if p, _ := k2.Pending("j", 0, 57, -1, now+16*sec); p == nil || p.StartStep != 57+10 {
+		t.Fatalf("after the wait: %+v (want start 67)", p)
 	}
 }

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
+	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
@@ -28,6 +29,10 @@ type Report struct {
 	// Notes are limits of this report in words (history truncated, no
 	// reference window, ...).
 	Notes []string `json:"notes,omitempty"`
+	// Incarnations accounts for the job's launches when it has had more
+	// than one (or "all" was asked): which one this report reads, each
+	// one's steps, restarts and what ended without being shipped.
+	Incarnations *Incarnations `json:"incarnations,omitempty"`
 }
 
 // WindowBasis says how a window was chosen.
@@ -80,6 +85,18 @@ type Timeline struct {
 	ChangePoints []ChangePoint `json:"change_points"`
 	// StageChangePoints are change points of each stage's advance series.
 	StageChangePoints []StageChangePoint `json:"stage_change_points"`
+	// Restarts mark where a new incarnation begins on an axis across
+	// incarnations (incarnation=all).
+	Restarts []Restart `json:"restarts,omitempty"`
+}
+
+// Restart is where an incarnation begins on the time axis.
+type Restart struct {
+	At          int64                    `json:"at"`
+	Incarnation int                      `json:"incarnation"`
+	Reason      signal.IncarnationReason `json:"reason"`
+	// Step is the incarnation's first training step.
+	Step int64 `json:"step"`
 }
 
 // TimelinePoint is one step of the time axis.

@@ -31,6 +31,17 @@ type Request struct {
 	// default comes from the job's sync_model label.
 	Tau      *float64
 	ModelFit *bool
+	// Incarnation chooses the launch to read (IncAll: every one on one
+	// axis); nil reads the newest (docs/design/roles-and-runs.md).
+	Incarnation *int
+}
+
+// inc is the incarnation r asks for (IncNewest when none).
+func (r Request) inc() int {
+	if r.Incarnation == nil {
+		return IncNewest
+	}
+	return *r.Incarnation
 }
 
 // Request parameters, as query parameters (API) and flags (CLI): one
@@ -91,6 +102,15 @@ func ParseRequest(job string, q url.Values) (Request, error) {
 		return r, err
 	}
 	r.Group = q.Get(ParamGroup)
+	if q.Has(ParamIncarnation) {
+		inc, err := ParseIncarnation(q)
+		if err != nil {
+			return r, err
+		}
+		if inc != IncNewest {
+			r.Incarnation = &inc
+		}
+	}
 	if v := q.Get(ParamTau); v != "" {
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(x > 0 && x <= 1) {
@@ -176,6 +196,9 @@ func (r Request) Values() url.Values {
 	}
 	if r.ModelFit != nil {
 		q.Set(ParamModelFit, strconv.FormatBool(*r.ModelFit))
+	}
+	if r.Incarnation != nil {
+		q.Set(ParamIncarnation, IncarnationText(*r.Incarnation))
 	}
 	return q
 }

@@ -84,15 +84,16 @@ type Analyzer struct {
 	src      Source
 	lim      Limits
 	detector stats.Detector
-	cache    histCache
+	cache    *histCache
 	log      *slog.Logger
-	panics   atomic.Int64
+	panics   *atomic.Int64
+	inc      int // the incarnation src shows (over); part of the time-axis cache key
 }
 
 // New returns an Analyzer over src.
 func New(src Source, lim Limits) *Analyzer {
 	lim.setDefaults()
-	return &Analyzer{src: src, lim: lim, detector: stats.DefaultSegmenter(stagefrontier.DefaultConfig().LeaderGapMS), log: slog.Default()}
+	return &Analyzer{src: src, lim: lim, detector: stats.DefaultSegmenter(stagefrontier.DefaultConfig().LeaderGapMS), cache: &histCache{}, log: slog.Default(), panics: new(atomic.Int64)}
 }
 
 // SetLogger sets where a recovered panic is logged (default slog.Default).
@@ -129,7 +130,39 @@ func (a *Analyzer) Run(ctx context.Context, req Request) (rep *Report, err error
 			rep, err = nil, fmt.Errorf("job %q: %w: %v", signal.Clip(req.Job), ErrInternal, p)
 		}
 	}()
-	return a.run(ctx, req)
+	job, err := a.src.Job(req.Job)
+	if err != nil {
+		return nil, err
+	}
+	src, info, err := View(a.src, job, req.inc())
+	if err != nil {
+		return nil, err
+	}
+	inc := req.inc()
+	if inc == IncNewest {
+		inc = job.Current()
+	}
+	rep, err = a.over(src, inc).run(ctx, req)
+	if rep != nil && info != nil {
+		rep.Incarnations = info
+		rep.Notes = append([]string{info.Note}, rep.Notes...)
+		if tl := rep.Timeline; tl != nil && info.Analysed == IncAll {
+			for _, sp := range info.List[1:] {
+				if sp.At != nil && *sp.At > tl.From && *sp.At <= tl.To {
+					tl.Restarts = append(tl.Restarts, Restart{At: *sp.At, Incarnation: sp.N, Reason: sp.Reason, Step: sp.FirstStep})
+				}
+			}
+		}
+	}
+	return rep, err
+}
+
+// over is a with src, incarnation inc's view (or IncAll), as its Source;
+// it shares the time-axis cache and the panic count.
+func (a *Analyzer) over(src Source, inc int) *Analyzer {
+	b := *a
+	b.src, b.inc = src, inc
+	return &b
 }
 
 func (a *Analyzer) run(ctx context.Context, req Request) (*Report, error) {
@@ -245,7 +278,7 @@ func (a *Analyzer) history(ctx context.Context, job *signal.Job, gs []group, st 
 	for i, g := range gs {
 		sizes[i] = fmt.Sprintf("%s=%d", g.key, g.ranks)
 	}
-	key := histKey{job: job.ID, last: st.LastStep, vectors: st.Vectors, groups: strings.Join(sizes, ","), ranks: len(job.Ranks), schemas: len(job.Groups)}
+	key := histKey{job: job.ID, inc: a.inc, last: st.LastStep, vectors: st.Vectors, groups: strings.Join(sizes, ","), ranks: len(job.Ranks), schemas: len(job.Groups)}
 	if h := a.cache.get(key); h != nil {
 		return h, nil
 	}
@@ -586,6 +619,7 @@ type histCache struct {
 
 type histKey struct {
 	job           string
+	inc           int // the incarnation read (IncAll: all of them)
 	last, vectors int64
 	groups        string
 	ranks         int

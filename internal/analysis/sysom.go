@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/laggard-dev/laggard/internal/engine/greyhound"
@@ -199,6 +200,9 @@ type SysomWindow struct {
 type SysomReport struct {
 	*sysom.Report
 	Window SysomWindow `json:"window"`
+	// Incarnation is the launch of a restarted job the default window
+	// reads (-2: all; docs/design/roles-and-runs.md).
+	Incarnation int `json:"incarnation"`
 }
 
 // Report runs SysOM-AI's analysis (§3.1 slow ranks, CPU waterline,
@@ -209,10 +213,11 @@ func (s *Sysom) Report(ctx context.Context, req SysomRequest) (*SysomReport, err
 	if err != nil {
 		return nil, err
 	}
-	w, err := s.resolve(j.ID, req.Window)
+	w, err := s.resolve(j, req.Window)
 	if err != nil {
 		return nil, err
 	}
+	inc, incNote := incarnationOf(j, req.Window.Incarnation)
 	// The current and baseline windows each get MaxSamples: a default
 	// baseline must not push a report that fits over the cap.
 	budget := &sampleBudget{left: s.lim.MaxSamples}
@@ -288,7 +293,10 @@ func (s *Sysom) Report(ctx context.Context, req SysomRequest) (*SysomReport, err
 		return nil, err
 	}
 	rep.Notes = append(rep.Notes, notes...)
-	return &SysomReport{Report: rep, Window: w}, nil
+	if incNote != "" {
+		rep.Notes = append([]string{incNote}, rep.Notes...)
+	}
+	return &SysomReport{Report: rep, Window: w, Incarnation: inc}, nil
 }
 
 // ClockSkewNS is how far past the caller's clock stored data may end and
@@ -311,10 +319,24 @@ func sysomGroups(comms []collective.Comm) []sysom.Group {
 }
 
 // resolve turns a request window into the current and baseline windows.
-func (s *Sysom) resolve(job string, rw WindowRequest) (SysomWindow, error) {
+// A default window and its baseline lie inside one incarnation's span of
+// time (the newest unless asked): a restarted job's launches are not
+// mixed, nor compared with each other by default.
+func (s *Sysom) resolve(j *signal.Job, rw WindowRequest) (SysomWindow, error) {
+	job := j.ID
+	lo, hi := int64(0), int64(math.MaxInt64)
+	if inc := IncNewest; rw.Incarnation == nil || *rw.Incarnation != IncAll {
+		if rw.Incarnation != nil {
+			inc = *rw.Incarnation
+		}
+		if inc > j.Current() {
+			return SysomWindow{}, signal.FieldErrorf(ParamIncarnation, "job %q has no incarnation %d (its newest is %d)", signal.Clip(job), inc, j.Current())
+		}
+		lo, hi = TimeWindow(j, inc, lo, hi)
+	}
 	w := SysomWindow{FromNS: rw.FromNS, ToNS: rw.ToNS, Basis: BasisRequested}
 	if rw.FromNS == 0 || rw.ToNS == 0 {
-		first, last, ok, err := s.stackSpan(job)
+		first, last, ok, err := s.stackSpan(job, lo, hi)
 		if err != nil {
 			return w, err
 		}
@@ -354,14 +376,15 @@ func (s *Sysom) resolve(job string, rw WindowRequest) (SysomWindow, error) {
 	case rw.NoBaseline:
 		w.BaseBasis = BasisNone
 	default:
-		w.BaseFromNS, w.BaseToNS, w.BaseBasis = s.baseline(job, w.FromNS, w.ToNS)
+		w.BaseFromNS, w.BaseToNS, w.BaseBasis = s.baseline(job, w.FromNS, w.ToNS, lo, hi)
 	}
 	return w, nil
 }
 
-// baseline picks the default baseline (see BasisFirstSteady).
-func (s *Sysom) baseline(job string, from, to int64) (int64, int64, string) {
-	first, _, ok, err := s.stackSpan(job)
+// baseline picks the default baseline (see BasisFirstSteady) inside the
+// span [lo, hi).
+func (s *Sysom) baseline(job string, from, to, lo, hi int64) (int64, int64, string) {
+	first, _, ok, err := s.stackSpan(job, lo, hi)
 	if err != nil || !ok || first >= from {
 		return 0, 0, BasisNone
 	}
@@ -378,17 +401,18 @@ func (s *Sysom) baseline(job string, from, to int64) (int64, int64, string) {
 	return b, from, BasisPreceding
 }
 
-// stackSpan is the job's stored profile span: the first window start
-// and the last window end over its stack and OS records.
-func (s *Sysom) stackSpan(job string) (first, last int64, ok bool, err error) {
+// stackSpan is the job's stored profile span within [lo, hi): the first
+// window start and the last window end over its stack and OS records.
+func (s *Sysom) stackSpan(job string, lo, hi int64) (first, last int64, ok bool, err error) {
 	st, err := s.src.ProfileStats(job)
 	if err != nil {
 		return 0, 0, false, err
 	}
-	if st.StackRecords == 0 || st.FirstNS <= 0 || st.LastNS < st.FirstNS {
+	first, last = max(st.FirstNS, lo), min(st.LastNS, hi)
+	if st.StackRecords == 0 || st.FirstNS <= 0 || last < first {
 		return 0, 0, false, nil
 	}
-	return st.FirstNS, st.LastNS, true, nil
+	return first, last, true, nil
 }
 
 // sampleBudget counts sample records against SysomLimits.MaxSamples over

@@ -32,6 +32,9 @@ type WindowRequest struct {
 	NoBaseline bool
 	// NowNS is the caller's clock; the adapter never reads one.
 	NowNS int64
+	// Incarnation chooses the launch a default window reads (nil: the
+	// newest; IncAll: every one); explicit windows are read as given.
+	Incarnation *int
 }
 
 // SysomRequest asks for a job's SysOM-AI report.
@@ -130,6 +133,15 @@ func ParseWindow(q url.Values, nowNS int64) (WindowRequest, error) {
 	}
 	if w.BaseToNS != 0 && w.BaseToNS <= w.BaseFromNS {
 		return w, signal.FieldErrorf(ParamBaseToNS, "%d is not after base_from_ns=%d", w.BaseToNS, w.BaseFromNS)
+	}
+	if q.Has(ParamIncarnation) {
+		inc, err := ParseIncarnation(q)
+		if err != nil {
+			return w, err
+		}
+		if inc != IncNewest {
+			w.Incarnation = &inc
+		}
 	}
 	return w, nil
 }

@@ -187,7 +187,8 @@ func TestSysomBaselineChoice(t *testing.T) {
 		{6, BasisNone, 0, 0},          // [1m, 6m): 1 min before it, under half a window
 	} {
 		_, s := newSysomStore(t, sysomJob{minutes: tc.minutes}, SysomLimits{})
-		w, err := s.resolve("sj", WindowRequest{})
+		j, _ := s.src.Job("sj")
+		w, err := s.resolve(j, WindowRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -548,5 +549,44 @@ func TestSysomFlamePruned(t *testing.T) {
 	d, err := small.DiffGraph(context.Background(), DiffRequest{Job: "sj", A: Selection{Rank: 2}, B: Selection{Rank: 1}, Window: req.Window})
 	if err != nil || d.Pruned == 0 || d.Root.A != 24*570 || d.Root.B != 24*450 {
 		t.Errorf("diff pruned: %v %+v", err, d)
+	}
+}
+
+// Issue 16 item 1, SysOM-AI: a restarted job's default window and its
+// baseline lie inside one launch's span of time: the newest by default
+// (the first steady baseline is not taken from the launch before), an
+// earlier one on request, every one with incarnation=all.
+func TestSysomIncarnationWindows(t *testing.T) {
+	st, s := newSysomStore(t, sysomJob{minutes: 20}, SysomLimits{})
+	j, _ := st.Job("sj")
+	restart := soT0 + 12*60e9
+	j.Incarnations = []signal.Incarnation{{N: 0, Reason: signal.IncFirst, StartNS: soT0}, {N: 1, Reason: signal.IncRestart, StartNS: restart}}
+	if err := st.PutJob(j); err != nil {
+		t.Fatal(err)
+	}
+	j, _ = st.Job("sj")
+	w, err := s.resolve(j, WindowRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.FromNS < restart || (w.BaseBasis != BasisNone && w.BaseFromNS < restart) {
+		t.Errorf("newest launch: window [%d, %d) baseline %s [%d, %d) reach before the restart at %d", w.FromNS, w.ToNS, w.BaseBasis, w.BaseFromNS, w.BaseToNS, restart)
+	}
+	zero := 0
+	w, err = s.resolve(j, WindowRequest{Incarnation: &zero})
+	if err != nil || w.ToNS > restart || w.BaseBasis != BasisFirstSteady {
+		t.Errorf("first launch: window [%d, %d) (restart at %d) baseline %s, %v", w.FromNS, w.ToNS, restart, w.BaseBasis, err)
+	}
+	all := IncAll
+	if w, err = s.resolve(j, WindowRequest{Incarnation: &all}); err != nil || w.ToNS != soT0+20*60e9 {
+		t.Errorf("all: %+v %v", w, err)
+	}
+	nine := 9
+	if _, err := s.resolve(j, WindowRequest{Incarnation: &nine}); err == nil {
+		t.Error("an incarnation the job never had must be refused")
+	}
+	rep, err := s.Report(context.Background(), SysomRequest{Job: "sj"})
+	if err != nil || rep.Incarnation != 1 || len(rep.Notes) == 0 || !strings.Contains(rep.Notes[0], "incarnation 1") {
+		t.Fatalf("report: %+v %v", rep, err)
 	}
 }

@@ -256,7 +256,11 @@ func (s *Sysom) ExportProfile(ctx context.Context, req FlameRequest) (*stack.Pro
 	if _, err := s.src.Job(req.Job); err != nil {
 		return nil, err
 	}
-	w, err := s.resolve(req.Job, req.Window)
+	j, err := s.src.Job(req.Job)
+	if err != nil {
+		return nil, err
+	}
+	w, err := s.resolve(j, req.Window)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +289,11 @@ func (s *Sysom) DiffGraph(ctx context.Context, req DiffRequest) (*DiffGraph, err
 	if _, err := s.src.Job(req.Job); err != nil {
 		return nil, err
 	}
-	w, err := s.resolve(req.Job, req.Window)
+	j, err := s.src.Job(req.Job)
+	if err != nil {
+		return nil, err
+	}
+	w, err := s.resolve(j, req.Window)
 	if err != nil {
 		return nil, err
 	}

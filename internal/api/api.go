@@ -30,6 +30,8 @@ import (
 type Reader interface {
 	Stats(job string) (store.JobStats, error)
 	Scan(job string, from, to int64, fn func(v *stagevec.Vector) error) error
+	// StepSpan is the first and last stored step (ordinal) in [lo, hi].
+	StepSpan(job string, lo, hi int64) (first, last int64, ok bool, err error)
 }
 
 // Reporter computes job reports; *analysis.Analyzer implements it.

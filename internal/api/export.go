@@ -4,25 +4,44 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/wire/stagefile"
 )
 
-// export streams the job's stage matrix as JSONL: a {"job": ...} header
-// line, then one vector per line in (step, rank, micro) order, for
-// from/to (default: everything stored). An error after the first byte can
-// only abort the connection, so a truncated export is never mistaken for a
-// complete one.
+// export streams one incarnation's stage matrix (the newest unless
+// ?incarnation=N) as JSONL: a {"job": ...} header line (the job as that
+// incarnation saw it), then one vector per line in (step, rank, micro)
+// order, for from/to (default: everything stored). An error after the
+// first byte can only abort the connection, so a truncated export is
+// never mistaken for a complete one.
 func (a *API) export(w http.ResponseWriter, r *http.Request) {
-	job, req, ok := a.request(w, r)
+	cur, req, ok := a.request(w, r)
 	if !ok {
 		return
 	}
-	st, err := a.d.Reader.Stats(job.ID)
+	inc := cur.Current()
+	if req.Incarnation != nil {
+		inc = *req.Incarnation
+	}
+	if inc == analysis.IncAll {
+		a.fail(w, r, http.StatusBadRequest, signal.FieldErrorf(analysis.ParamIncarnation, "an export holds one incarnation: ask for each (0–%d) in turn", cur.Current()))
+		return
+	}
+	at, err := jobAt(cur)(inc)
 	if err != nil {
 		a.fail(w, r, statusOf(err), err)
 		return
 	}
-	from, to := st.FirstStep, st.LastStep
+	job := *at
+	job.Incarnations = nil // the file holds this one incarnation
+	first, last, stored, err := a.stepSpan(job.ID, inc)
+	if err != nil {
+		a.fail(w, r, statusOf(err), err)
+		return
+	}
+	from, to := first, last
 	if req.From != nil {
 		from = *req.From
 	}
@@ -36,9 +55,13 @@ func (a *API) export(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", job.ID+".jsonl"))
 	}}
-	jw, err := stagefile.NewWriter(cw, job)
-	if err == nil && st.Vectors > 0 && from <= to {
-		err = a.d.Reader.Scan(job.ID, from, to, jw.Write)
+	jw, err := stagefile.NewWriter(cw, &job)
+	if err == nil && stored && from <= to {
+		lo, hi := stagevec.OrdinalRange(inc, from, to)
+		err = a.d.Reader.Scan(job.ID, lo, hi, func(v *stagevec.Vector) error {
+			_, v.Step = stagevec.SplitOrdinal(v.Step)
+			return jw.Write(v)
+		})
 	}
 	if err == nil {
 		err = jw.Flush()

@@ -38,10 +38,12 @@ type Kair interface {
 	Capture(job, id string) (*store.Capture, error)
 	CancelCapture(job, id string) (*store.Capture, error)
 	// PendingCapture is rank's poll: the open capture it should record,
-	// nil when none (marks it fetched).
-	PendingCapture(job string, rank int) (*store.Capture, error)
+	// nil when none (marks it fetched); step is the step the rank last
+	// began, inc the incarnation its process belongs to (-1 each when the
+	// client did not say).
+	PendingCapture(job string, rank int, step int64, inc int) (*store.Capture, error)
 	// CheckUpload is checked before an upload's body is read.
-	CheckUpload(job, id string, rank int) (*store.Capture, error)
+	CheckUpload(job, id string, rank, inc int) (*store.Capture, error)
 	PutTrace(job, id string, t *optrace.Trace, hb []store.OpHeartbeat) (*store.Capture, error)
 	FailRank(job, id string, rank int, msg string) (*store.Capture, error)
 	Report(ctx context.Context, job, id string) (*analysis.KairAnswer, error)
@@ -277,7 +279,8 @@ type PendingAnswer struct {
 	ServerSendNS int64          `json:"server_send_ns"`
 }
 
-// pendingCapture answers a rank's poll (GET …/captures/pending?rank=R).
+// pendingCapture answers a rank's poll (GET …/captures/pending?rank=R
+// [&step=S]).
 func (a *API) pendingCapture(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now().UnixNano()
 	job, ok := a.kair(w, r)
@@ -289,7 +292,20 @@ func (a *API) pendingCapture(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	c, err := a.d.Kair.PendingCapture(job.ID, rank)
+	// The rank's current step (optional): where a plan should start.
+	step := int64(-1)
+	if v := r.URL.Query().Get("step"); v != "" {
+		if step, err = strconv.ParseInt(v, 10, 64); err != nil || step < 0 || step > optrace.MaxStep {
+			a.fail(w, r, http.StatusBadRequest, signal.FieldErrorf("step", "want the training step the rank last began, in [0, %d], got %q", optrace.MaxStep, signal.Clip(v)))
+			return
+		}
+	}
+	inc, err := incarnationParam(r, job)
+	if err != nil {
+		a.fail(w, r, statusOf(err), err)
+		return
+	}
+	c, err := a.d.Kair.PendingCapture(job.ID, rank, step, inc)
 	if err != nil {
 		a.fail(w, r, kairStatus(err), err)
 		return
@@ -350,6 +366,10 @@ type UploadAnswer struct {
 	// ClockDropped counts X-Laggard-Clock samples dropped as invalid
 	// (not four epoch times in order).
 	ClockDropped int `json:"clock_dropped,omitempty"`
+	// Reordered counts events of a Kineto/Chrome trace that came before
+	// the ProfilerStep range or the launch they belong to: the file was
+	// not in time order (allowed; they were matched after reading it).
+	Reordered int64 `json:"reordered,omitempty"`
 }
 
 func (a *API) rejectKair(w http.ResponseWriter, r *http.Request, status int, reason string, err error) {
@@ -426,7 +446,12 @@ func (a *API) uploadTrace(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusCreated, UploadAnswer{Rank: rank, ErrorRecorded: true, ClockDropped: dropped})
 		return
 	}
-	if _, err := a.d.Kair.CheckUpload(job.ID, id, rank); err != nil {
+	inc, err := incarnationParam(r, job)
+	if err != nil {
+		a.rejectKair(w, r, statusOf(err), reasonInvalid, err)
+		return
+	}
+	if _, err := a.d.Kair.CheckUpload(job.ID, id, rank, inc); err != nil {
 		status := kairStatus(err)
 		a.rejectKair(w, r, status, kairReason(err, status), err)
 		return
@@ -461,10 +486,11 @@ func (a *API) uploadTrace(w http.ResponseWriter, r *http.Request) {
 	defer func() { <-a.uploads }()
 	body := &capReader{r: r.Body, n: a.d.MaxTraceBytes}
 	var t *optrace.Trace
+	var meta kineto.Meta
 	if proto {
 		t, err = a.decodeOpTraceBody(body, rank)
 	} else {
-		t, err = a.decodeKineto(r.Context(), body, rank, base)
+		t, meta, err = a.decodeKineto(r.Context(), body, rank, base)
 	}
 	if body.over {
 		err = fmt.Errorf("%w: more than %d bytes; capture fewer steps", laggardv1.ErrTooLarge, a.d.MaxTraceBytes)
@@ -512,8 +538,8 @@ func (a *API) uploadTrace(w http.ResponseWriter, r *http.Request) {
 		m.kair.uploads.Inc()
 		m.kair.bytes.Add(float64(a.d.MaxTraceBytes - body.n))
 	}
-	a.d.Log.Info("capture trace stored", "job", job.ID, "capture", id, "rank", rank, "events", len(t.Events), "steps", len(steps), "bytes", a.d.MaxTraceBytes-body.n)
-	writeJSON(w, http.StatusCreated, UploadAnswer{Rank: rank, Events: len(t.Events), Steps: len(steps), ClockDropped: dropped})
+	a.d.Log.Info("capture trace stored", "job", job.ID, "capture", id, "rank", rank, "events", len(t.Events), "steps", len(steps), "bytes", a.d.MaxTraceBytes-body.n, "reordered", meta.Reordered)
+	writeJSON(w, http.StatusCreated, UploadAnswer{Rank: rank, Events: len(t.Events), Steps: len(steps), ClockDropped: dropped, Reordered: meta.Reordered})
 }
 
 func (a *API) countKairReject(reason string) {
@@ -546,12 +572,12 @@ func (a *API) acquireUpload(w http.ResponseWriter, r *http.Request) bool {
 // kineto.Decode would inflate it without a bound (a few hundred bytes can
 // hold gigabytes of JSON). ctx (the request's) stops a decode whose
 // client left.
-func (a *API) decodeKineto(ctx context.Context, body io.Reader, rank int, base int64) (*optrace.Trace, error) {
+func (a *API) decodeKineto(ctx context.Context, body io.Reader, rank int, base int64) (*optrace.Trace, kineto.Meta, error) {
 	br := bufio.NewReaderSize(body, 64<<10)
 	if isGzip(br) {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, signal.FieldErrorf("body", "invalid gzip: %v", signal.Clip(err.Error()))
+			return nil, kineto.Meta{}, signal.FieldErrorf("body", "invalid gzip: %v", signal.Clip(err.Error()))
 		}
 		defer zr.Close()
 		// The inflated JSON is bounded too: a small gzip body may inflate
@@ -560,15 +586,15 @@ func (a *API) decodeKineto(ctx context.Context, body io.Reader, rank int, base i
 		ir := bufio.NewReaderSize(inflated, 64<<10)
 		if isGzip(ir) {
 			if inflated.over {
-				return nil, fmt.Errorf("%w: more than %d bytes of JSON once inflated; capture fewer steps", laggardv1.ErrTooLarge, a.d.MaxTraceBytes)
+				return nil, kineto.Meta{}, fmt.Errorf("%w: more than %d bytes of JSON once inflated; capture fewer steps", laggardv1.ErrTooLarge, a.d.MaxTraceBytes)
 			}
-			return nil, signal.FieldErrorf("body", "gzip inside gzip: compress the trace JSON once")
+			return nil, kineto.Meta{}, signal.FieldErrorf("body", "gzip inside gzip: compress the trace JSON once")
 		}
-		t, err := a.decodeKinetoJSON(ctx, ir, rank, base)
+		t, meta, err := a.decodeKinetoJSON(ctx, ir, rank, base)
 		if inflated.over {
-			return nil, fmt.Errorf("%w: more than %d bytes of JSON once inflated; capture fewer steps", laggardv1.ErrTooLarge, a.d.MaxTraceBytes)
+			return nil, meta, fmt.Errorf("%w: more than %d bytes of JSON once inflated; capture fewer steps", laggardv1.ErrTooLarge, a.d.MaxTraceBytes)
 		}
-		return t, err
+		return t, meta, err
 	}
 	return a.decodeKinetoJSON(ctx, br, rank, base)
 }
@@ -596,27 +622,27 @@ func isGzip(br *bufio.Reader) bool {
 
 // decodeKinetoJSON reads one rank's JSON; ctx stops the decode (even
 // after the body was read whole: a gzip body inflates long after).
-func (a *API) decodeKinetoJSON(ctx context.Context, src io.Reader, rank int, base int64) (*optrace.Trace, error) {
+func (a *API) decodeKinetoJSON(ctx context.Context, src io.Reader, rank int, base int64) (*optrace.Trace, kineto.Meta, error) {
 	limit := a.d.MaxTraceEvents
 	// Stored StartNS are epoch ns on the rank's clock whenever the trace
 	// or the client says how (KAIR Feature 4: heartbeats then apply).
 	t, meta, err := kineto.ReadTrace(src, kineto.ReadOptions{Ctx: ctx, MaxEvents: limit, BaseNS: base})
 	switch {
 	case errors.Is(err, kineto.ErrTooManyEvents):
-		return nil, fmt.Errorf("%w: more than %d events in one rank's trace; capture fewer steps", laggardv1.ErrTooLarge, limit)
+		return nil, meta, fmt.Errorf("%w: more than %d events in one rank's trace; capture fewer steps", laggardv1.ErrTooLarge, limit)
 	case errors.Is(err, laggardv1.ErrTooLarge), errors.Is(err, kineto.ErrTimeBase), isCtxErr(err):
-		return nil, err
+		return nil, meta, err
 	case err != nil:
-		return nil, &signal.FieldError{Field: "body", Msg: "not a Kineto/Chrome trace: " + clipErr(err)}
+		return nil, meta, &signal.FieldError{Field: "body", Msg: "not a Kineto/Chrome trace: " + clipErr(err)}
 	}
 	if meta.Rank >= 0 && meta.Rank != rank {
-		return nil, signal.FieldErrorf("rank", "the trace's distributedInfo says rank %d, the upload says rank %d", meta.Rank, rank)
+		return nil, meta, signal.FieldErrorf("rank", "the trace's distributedInfo says rank %d, the upload says rank %d", meta.Rank, rank)
 	}
 	if len(t.Events) == 0 {
-		return nil, signal.FieldErrorf("traceEvents", "no operator or kernel events (%d elements read)", meta.Elements)
+		return nil, meta, signal.FieldErrorf("traceEvents", "no operator or kernel events (%d elements read)", meta.Elements)
 	}
 	t.Rank = rank
-	return t, nil
+	return t, meta, nil
 }
 
 func isCtxErr(err error) bool {
@@ -653,6 +679,9 @@ func (a *API) decodeOpTraceBody(body io.Reader, rank int) (*optrace.Trace, error
 	if len(t.Events) > a.d.MaxTraceEvents {
 		return nil, fmt.Errorf("%w: %d events in one rank's trace, more than %d; capture fewer steps", laggardv1.ErrTooLarge, len(t.Events), a.d.MaxTraceEvents)
 	}
+	// Events may come in any order (each carries its step); stored in
+	// one order, so a reordered upload analyses the same.
+	t.Sort()
 	return t, nil
 }
 

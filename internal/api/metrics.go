@@ -34,6 +34,7 @@ type Metrics struct {
 	vectors, values, bytes *prometheus.CounterVec // by job, encoding; counted once durable
 	calls                  *prometheus.CounterVec // collective calls, by job, encoding
 	rejected               *prometheus.CounterVec // by reason
+	incarnations           *prometheus.CounterVec // new incarnations opened, by reason
 	reportSeconds          prometheus.Histogram
 	shedLog                shedLog
 	stacks                 stackMetrics // SysOM-AI ingest (stacks.go)
@@ -54,10 +55,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Collective calls durably stored (resent duplicates not counted)."}, []string{"job", "encoding"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "ingest", Name: "rejected_total",
 			Help: "Ingest requests answered with an error, by reason."}, []string{"reason"}),
+		incarnations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "jobs", Name: "incarnations_opened_total",
+			Help: "Job incarnations opened by a restart, a new launch, a resubmission (run_id) or a new layout."}, []string{"reason"}),
 		reportSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "report", Name: "seconds",
 			Help: "Latency of computing one job report (scan, assemble, analyze, time axis).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 	}
-	for _, c := range []prometheus.Collector{m.vectors, m.values, m.bytes, m.calls, m.rejected, m.reportSeconds} {
+	for _, c := range []prometheus.Collector{m.vectors, m.values, m.bytes, m.calls, m.rejected, m.incarnations, m.reportSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/wire/laggardv1"
 )
 
@@ -18,16 +19,21 @@ func (a *API) joinRank(w http.ResponseWriter, r *http.Request) {
 	if !a.requireJSON(w, r) {
 		return
 	}
-	rk, err := laggardv1.DecodeRank(r.Body, job, a.d.MaxBodyBytes)
+	rk, p, err := laggardv1.DecodeRank(r.Body, job, a.d.MaxBodyBytes)
 	if err != nil {
 		a.fail(w, r, statusOf(err), err)
 		return
 	}
 	declared := rk.Schema != nil
-	if _, err := a.d.Catalog.Join(job.ID, *rk); err != nil {
+	j, inc, err := a.d.Catalog.Join(job.ID, *rk, p)
+	if err != nil {
 		a.fail(w, r, statusOf(err), err)
 		return
 	}
-	a.d.Log.Debug("rank joined", "job", job.ID, "rank", rk.Rank, "host", rk.Host, "group", rk.Role.Group(), "declared_schema", declared)
-	writeJSON(w, http.StatusOK, rk)
+	a.noteIncarnation(j, job.Current())
+	a.d.Log.Debug("rank joined", "job", job.ID, "rank", rk.Rank, "host", rk.Host, "group", rk.Role.Group(), "declared_schema", declared, "incarnation", inc)
+	writeJSON(w, http.StatusOK, struct {
+		*signal.Rank
+		Incarnation int `json:"incarnation"`
+	}{rk, inc})
 }

@@ -88,7 +88,7 @@ func apiServer(t *testing.T, rep Reporter, rd Reader) (*httptest.Server, *locked
 	t.Helper()
 	cat := catalog.New(&memJobs{})
 	job := &signal.Job{ID: "j", WorldSize: 2, Schema: stagevec.DefaultSchema()}
-	if _, _, err := cat.Register(job, func(err error) bool { return errors.Is(err, store.ErrNotFound) }); err != nil {
+	if _, _, _, err := cat.Register(job, signal.Process{}, func(err error) bool { return errors.Is(err, store.ErrNotFound) }); err != nil {
 		t.Fatal(err)
 	}
 	logs := &lockedBuf{}
@@ -157,6 +157,10 @@ type failingReader struct{}
 
 func (failingReader) Stats(string) (store.JobStats, error) {
 	return store.JobStats{FirstStep: 1, LastStep: 1, Vectors: 1}, nil
+}
+
+func (failingReader) StepSpan(string, int64, int64) (int64, int64, bool, error) {
+	return 1, 1, true, nil
 }
 
 func (failingReader) Scan(string, int64, int64, func(*stagevec.Vector) error) error {

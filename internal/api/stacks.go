@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,24 @@ type StacksAnswer struct {
 	// Duplicates are records already stored (a resent batch): not
 	// stored again.
 	Duplicates int `json:"duplicates"`
+	// Refused counts the records of the batch (samples, mappings, OS
+	// points, absences) left out because they are invalid — a string
+	// that is not UTF-8, a rank outside the job — while the rest was
+	// stored (one bad record never drops a batch); RefusedRecords names
+	// the first MaxRefusalsListed of them with their errors.
+	Refused        int                 `json:"refused,omitempty"`
+	RefusedRecords []laggardv1.Refusal `json:"refused_records,omitempty"`
+}
+
+// MaxRefusalsListed bounds the refusals an answer names (the count is
+// always whole).
+const MaxRefusalsListed = 20
+
+func (s *StacksAnswer) refuse(refused []laggardv1.Refusal) {
+	s.Refused = len(refused)
+	if len(refused) > 0 {
+		s.RefusedRecords = refused[:min(len(refused), MaxRefusalsListed)]
+	}
 }
 
 // stackMetrics count SysOM-AI ingest (laggard_ingest_stack_*).
@@ -60,6 +79,10 @@ type stackMetrics struct {
 	points   *prometheus.CounterVec // OS points durably stored, by job, encoding
 	shed     *prometheus.CounterVec // requests shed (429/503), by kind
 	shedSmpl *prometheus.CounterVec // samples of requests shed after decoding, by kind
+	refused  *prometheus.CounterVec // invalid records left out of an accepted batch, by kind
+	// refusedLog throttles the log line about refused records (an agent
+	// with a bad process name repeats it every window).
+	refusedLog throttle
 }
 
 func (m *stackMetrics) register(reg prometheus.Registerer) error {
@@ -72,7 +95,9 @@ func (m *stackMetrics) register(reg prometheus.Registerer) error {
 		Help: "Stack, OS-stat and profile posts shed with 429 or 503 (queue full, job share, shutdown)."}, []string{"kind"})
 	m.shedSmpl = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stack_shed_samples_total",
 		Help: "Samples (OS points) of posts shed after their body was decoded; posts shed before reading are only counted as requests."}, []string{"kind"})
-	for _, c := range []prometheus.Collector{m.samples, m.points, m.shed, m.shedSmpl} {
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "records_refused_total",
+		Help: "Invalid records (stack samples and mappings, OS points and absences) left out of a stack, OS-stat or profile post whose other records were stored."}, []string{"kind"})
+	for _, c := range []prometheus.Collector{m.samples, m.points, m.shed, m.shedSmpl, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -80,6 +105,7 @@ func (m *stackMetrics) register(reg prometheus.Registerer) error {
 	for _, k := range []string{kindStacks, kindOSStats, kindProfiles} {
 		m.shed.WithLabelValues(k)
 		m.shedSmpl.WithLabelValues(k)
+		m.refused.WithLabelValues(k)
 	}
 	return nil
 }
@@ -196,10 +222,11 @@ func gunzip(b []byte, limit int64) ([]byte, error) {
 
 // wireDecoder picks JSON or protobuf by Content-Type (the rules of
 // collectiveDecoder).
-func wireDecoder[T any](r *http.Request, fromJSON, fromProto func([]byte) (T, error)) (func([]byte) (T, error), string, error) {
+func wireDecoder[F any](r *http.Request, fromJSON, fromProto F) (F, string, error) {
+	var none F
 	mt, err := mediaType(r)
 	if err != nil {
-		return nil, "", err
+		return none, "", err
 	}
 	switch mt {
 	case "application/json":
@@ -207,15 +234,19 @@ func wireDecoder[T any](r *http.Request, fromJSON, fromProto func([]byte) (T, er
 	case "application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf":
 		return fromProto, encodingProto, nil
 	}
-	return nil, "", fmt.Errorf("unsupported Content-Type %q: send application/json or application/x-protobuf", signal.Clip(mt))
+	return none, "", fmt.Errorf("unsupported Content-Type %q: send application/json or application/x-protobuf", signal.Clip(mt))
 }
 
 // ingestStacks stores a node window's stacks (POST
 // /api/v1/jobs/{id}/stacks, JSON or protobuf, optionally gzip).
 func (a *API) ingestStacks(rw http.ResponseWriter, r *http.Request) {
 	w := &shedWriter{ResponseWriter: rw}
-	decode, encoding, err := wireDecoder(r, laggardv1.UnmarshalJSONStacks, laggardv1.UnmarshalProtoStacks)
-	a.postStacks(w, r, kindStacks, encoding, err, func(b []byte, _ int) (*stack.Batch, error) { return decode(b) })
+	decode, encoding, err := wireDecoder(r, laggardv1.UnmarshalJSONStacksPartial, laggardv1.UnmarshalProtoStacksPartial)
+	a.postStacks(w, r, kindStacks, encoding, err, func(b []byte, world int) (*stack.Batch, []laggardv1.Refusal, error) {
+		// Agents ship registered ranks: a sample outside the job is
+		// refused alone.
+		return decode(b, laggardv1.Rules{World: world})
+	})
 }
 
 // importProfile stores an outside profile as rank's stacks (POST
@@ -277,7 +308,15 @@ func (a *API) importProfile(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rankArg := q.Get("rank")
-	a.postStacks(w, r, kindProfiles, format, nil, func(b []byte, world int) (*stack.Batch, error) {
+	a.postStacks(w, r, kindProfiles, format, nil, func(b []byte, world int) (*stack.Batch, []laggardv1.Refusal, error) {
+		out, err := a.importedProfile(b, world, rankArg, format, node, start, end)
+		return out, nil, err
+	})
+}
+
+// importedProfile decodes an imported profile (importProfile's rules).
+func (a *API) importedProfile(b []byte, world int, rankArg, format, node string, start, end int64) (*stack.Batch, error) {
+	{
 		rank := -1
 		if rankArg != "" {
 			n, err := strconv.Atoi(rankArg)
@@ -320,7 +359,7 @@ func (a *API) importProfile(rw http.ResponseWriter, r *http.Request) {
 		}
 		out.Node = node
 		return out, nil
-	})
+	}
 }
 
 // MaxImportSkewNS is how far past the server's clock an imported
@@ -344,7 +383,7 @@ func checkImportWindow(start, end, nowNS int64) error {
 
 // postStacks is the shared body of the stack and profile posts. decErr
 // is a Content-Type error found by the caller (415).
-func (a *API) postStacks(w *shedWriter, r *http.Request, kind, encoding string, decErr error, decode func(b []byte, world int) (*stack.Batch, error)) {
+func (a *API) postStacks(w *shedWriter, r *http.Request, kind, encoding string, decErr error, decode func(b []byte, world int) (*stack.Batch, []laggardv1.Refusal, error)) {
 	id, world, register, ok := a.profileJob(w, r)
 	if !ok {
 		return
@@ -358,21 +397,17 @@ func (a *API) postStacks(w *shedWriter, r *http.Request, kind, encoding string, 
 		return
 	}
 	var b *stack.Batch
+	var refused []laggardv1.Refusal
 	n, ok := a.readGated(w, r, id, func(body []byte) (err error) {
 		if gz {
 			if body, err = gunzip(body, a.d.MaxBodyBytes); err != nil {
 				return err
 			}
 		}
-		if b, err = decode(body, world); err != nil {
+		if b, refused, err = decode(body, world); err != nil {
 			return err
 		}
-		for i := range b.Samples { // agents ship registered ranks: they must lie in the job
-			if rk := b.Samples[i].Rank; rk >= world {
-				return signal.FieldErrorf(fmt.Sprintf("samples[%d].rank", i), "%d outside the job's world of %d", rk, world)
-			}
-		}
-		return nil
+		return allRefused(len(b.Samples), refused)
 	})
 	if !ok {
 		a.countShed(w, kind, 0)
@@ -381,9 +416,12 @@ func (a *API) postStacks(w *shedWriter, r *http.Request, kind, encoding string, 
 	if !register() {
 		return
 	}
+	a.noteRefused(r, id, kind, refused)
 	parts := stackParts(b)
 	if len(parts) == 0 {
-		writeJSON(w, http.StatusOK, StacksAnswer{})
+		var ans StacksAnswer
+		ans.refuse(refused)
+		writeJSON(w, http.StatusOK, ans)
 		return
 	}
 	if !a.commitParts(w, r, id, "samples", parts, n) {
@@ -396,6 +434,7 @@ func (a *API) postStacks(w *shedWriter, r *http.Request, kind, encoding string, 
 		ans.AcceptedRecords += p.item.Stored.Records
 		ans.Duplicates += p.item.Stored.Duplicates
 	}
+	ans.refuse(refused)
 	if m := a.d.Metrics; m != nil && m.stacks.samples != nil {
 		m.stacks.samples.WithLabelValues(id, encoding).Add(float64(ans.AcceptedSamples))
 		m.bytes.WithLabelValues(id, encoding).Add(float64(n))
@@ -458,27 +497,23 @@ func (a *API) ingestOSStats(rw http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	decode, encoding, err := wireDecoder(r, laggardv1.UnmarshalJSONOSStats, laggardv1.UnmarshalProtoOSStats)
+	decode, encoding, err := wireDecoder(r, laggardv1.UnmarshalJSONOSStatsPartial, laggardv1.UnmarshalProtoOSStatsPartial)
 	if err != nil {
 		a.reject(w, r, http.StatusUnsupportedMediaType, reasonMediaType, err)
 		return
 	}
 	var b *osstat.Batch
+	var refused []laggardv1.Refusal
 	n, ok := a.readGated(w, r, id, func(body []byte) (err error) {
 		if gz {
 			if body, err = gunzip(body, a.d.MaxBodyBytes); err != nil {
 				return err
 			}
 		}
-		if b, err = decode(body); err != nil {
+		if b, refused, err = decode(body, laggardv1.Rules{World: world}); err != nil {
 			return err
 		}
-		for i := range b.Points {
-			if rk := b.Points[i].Rank; rk >= world {
-				return signal.FieldErrorf(fmt.Sprintf("points[%d].rank", i), "%d outside the job's world of %d", rk, world)
-			}
-		}
-		return nil
+		return allRefused(len(b.Points)+len(b.Absent), refused)
 	})
 	if !ok {
 		a.countShed(w, kindOSStats, 0)
@@ -487,8 +522,11 @@ func (a *API) ingestOSStats(rw http.ResponseWriter, r *http.Request) {
 	if !register() {
 		return
 	}
+	a.noteRefused(r, id, kindOSStats, refused)
 	if len(b.Points) == 0 && len(b.Absent) == 0 {
-		writeJSON(w, http.StatusOK, StacksAnswer{})
+		var ans StacksAnswer
+		ans.refuse(refused)
+		writeJSON(w, http.StatusOK, ans)
 		return
 	}
 	p := part{item: &ingest.Item{OSStats: b}, items: max(len(b.Points), 1)}
@@ -501,5 +539,60 @@ func (a *API) ingestOSStats(rw http.ResponseWriter, r *http.Request) {
 		m.stacks.points.WithLabelValues(id, encoding).Add(float64(st.Samples))
 		m.bytes.WithLabelValues(id, encoding).Add(float64(n))
 	}
-	writeJSON(w, http.StatusOK, StacksAnswer{AcceptedSamples: st.Samples, AcceptedRecords: st.Records, Duplicates: st.Duplicates})
+	ans := StacksAnswer{AcceptedSamples: st.Samples, AcceptedRecords: st.Records, Duplicates: st.Duplicates}
+	ans.refuse(refused)
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// allRefused is the answer when a batch had records and every one was
+// refused: a 400 naming the first, as a batch of one bad record always
+// got (the sender learns nothing was stored).
+func allRefused(kept int, refused []laggardv1.Refusal) error {
+	if kept > 0 || len(refused) == 0 {
+		return nil
+	}
+	first := refused[0]
+	msg := first.Error
+	if len(refused) > 1 {
+		msg = fmt.Sprintf("all %d records refused; the first: %s", len(refused), first.Error)
+	}
+	return &signal.FieldError{Field: cmpOr(first.Field, first.Record), Msg: strings.TrimPrefix(msg, cmpOr(first.Field, first.Record)+": ")}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// noteRefused counts the records refused from an accepted batch and logs
+// it, at most once a minute.
+func (a *API) noteRefused(r *http.Request, job, kind string, refused []laggardv1.Refusal) {
+	if len(refused) == 0 {
+		return
+	}
+	m := a.d.Metrics
+	if m != nil && m.stacks.refused != nil {
+		m.stacks.refused.WithLabelValues(kind).Add(float64(len(refused)))
+	}
+	if m == nil || m.stacks.refusedLog.allow(time.Now()) {
+		a.d.Log.Warn("refused invalid records; stored the rest of the batch", "job", job, "kind", kind, "refused", len(refused), "first", refused[0].Error, "remote", r.RemoteAddr)
+	}
+}
+
+// throttle allows one event per minute.
+type throttle struct {
+	mu   sync.Mutex
+	next time.Time
+}
+
+func (t *throttle) allow(now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if now.Before(t.next) {
+		return false
+	}
+	t.next = now.Add(time.Minute)
+	return true
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -188,13 +189,13 @@ func TestStacksIngest(t *testing.T) {
 		t.Fatalf("unknown job: %d %s", a.status, a.raw)
 	}
 	ans := stacksAnswer(t, send(t, "POST", url+"?world=4", "application/json", js))
-	if ans != (StacksAnswer{AcceptedSamples: 2, AcceptedRecords: 2}) {
+	if !reflect.DeepEqual(ans, StacksAnswer{AcceptedSamples: 2, AcceptedRecords: 2}) {
 		t.Fatalf("json: %+v", ans)
 	}
 	// The same window resent as gzipped protobuf: duplicates only.
 	pbb, _ := laggardv1.MarshalProtoStacks(nodeStacks("n1", 0, 1))
 	hdr := map[string]string{"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
-	if ans := stacksAnswer(t, sendHdr(t, "POST", url, hdr, gz(pbb))); ans != (StacksAnswer{Duplicates: 2}) {
+	if ans := stacksAnswer(t, sendHdr(t, "POST", url, hdr, gz(pbb))); !reflect.DeepEqual(ans, StacksAnswer{Duplicates: 2}) {
 		t.Fatalf("resend: %+v", ans)
 	}
 	// Another node's window of ranks 2, 3.
@@ -253,7 +254,7 @@ func TestStacksLargeBatchInParts(t *testing.T) {
 	}
 	pbb, _ := laggardv1.MarshalProtoStacks(b)
 	ans := stacksAnswer(t, send(t, "POST", e.base+"/api/v1/jobs/big/stacks?world=3", "application/x-protobuf", pbb))
-	if ans != (StacksAnswer{AcceptedSamples: 3 * stackPart, AcceptedRecords: 3}) {
+	if !reflect.DeepEqual(ans, StacksAnswer{AcceptedSamples: 3 * stackPart, AcceptedRecords: 3}) {
 		t.Fatalf("%+v", ans)
 	}
 	dropped := int64(0)
@@ -271,24 +272,33 @@ func TestOSStatsIngest(t *testing.T) {
 		Absent: []osstat.Absence{{Source: osstat.SrcNVML, Reason: "built without NVML"}}}
 	pbb, _ := laggardv1.MarshalProtoOSStats(b)
 	url := e.base + "/api/v1/jobs/j/osstats"
-	if ans := stacksAnswer(t, send(t, "POST", url, "application/x-protobuf", pbb)); ans != (StacksAnswer{AcceptedSamples: 2, AcceptedRecords: 1}) {
+	if ans := stacksAnswer(t, send(t, "POST", url, "application/x-protobuf", pbb)); !reflect.DeepEqual(ans, StacksAnswer{AcceptedSamples: 2, AcceptedRecords: 1}) {
 		t.Fatalf("%+v", ans)
 	}
 	js, _ := laggardv1.MarshalJSONOSStats(b)
-	if ans := stacksAnswer(t, send(t, "POST", url, "application/json", js)); ans != (StacksAnswer{Duplicates: 1}) {
+	if ans := stacksAnswer(t, send(t, "POST", url, "application/json", js)); !reflect.DeepEqual(ans, StacksAnswer{Duplicates: 1}) {
 		t.Fatalf("resend %+v", ans)
 	}
+	// A point outside the world is refused alone (issue 16 item 8a); a
+	// batch whose every record is refused is a 400 naming the first.
+	b.StartNS, b.EndNS = b.StartNS+5e9, b.EndNS+5e9
 	b.Points[1].Rank = 2 // world is 2
 	js, _ = laggardv1.MarshalJSONOSStats(b)
-	if a := send(t, "POST", url, "application/json", js); a.status != 400 || a.body.Field != "points[1].rank" {
-		t.Fatalf("rank: %d %s", a.status, a.raw)
+	ans := stacksAnswer(t, send(t, "POST", url, "application/json", js))
+	if ans.AcceptedSamples != 1 || ans.Refused != 1 || len(ans.RefusedRecords) != 1 || ans.RefusedRecords[0].Field != "points[1].rank" {
+		t.Fatalf("rank: %+v", ans)
+	}
+	only := &osstat.Batch{Node: "n1", StartNS: b.StartNS + 5e9, EndNS: b.EndNS + 5e9, Points: b.Points[1:]}
+	js, _ = laggardv1.MarshalJSONOSStats(only)
+	if a := send(t, "POST", url, "application/json", js); a.status != 400 || a.body.Field != "points[0].rank" {
+		t.Fatalf("all refused: %d %s", a.status, a.raw)
 	}
 	var got []*osstat.Batch
 	_ = e.st.ScanOSStats("j", 0, 0, func(b *osstat.Batch) error { got = append(got, b); return nil })
-	if len(got) != 1 || len(got[0].Absent) != 1 {
+	if len(got) != 2 || len(got[0].Absent) != 1 || len(got[1].Points) != 1 {
 		t.Fatalf("%+v", got)
 	}
-	if v := counter(t, e.reg, "laggard_ingest_os_points_total", map[string]string{"job": "j"}); v != 2 {
+	if v := counter(t, e.reg, "laggard_ingest_os_points_total", map[string]string{"job": "j"}); v != 3 {
 		t.Fatalf("points metric %v", v)
 	}
 }

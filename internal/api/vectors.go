@@ -15,7 +15,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/wire/laggardv1"
 )
 
-type decoder func([]byte, *signal.Job) ([]stagevec.Vector, error)
+type decoder func([]byte, laggardv1.JobAt) (laggardv1.Batch, error)
 
 // bodyDecoder picks the decoder for the request's Content-Type. Only the
 // JSON and protobuf types are accepted: an absent type, and the types an
@@ -29,9 +29,9 @@ func bodyDecoder(r *http.Request) (decoder, string, error) {
 	}
 	switch mt {
 	case "application/json":
-		return laggardv1.UnmarshalJSONBatch, encodingJSON, nil
+		return laggardv1.UnmarshalJSONBatchAt, encodingJSON, nil
 	case "application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf":
-		return laggardv1.UnmarshalProtoBatch, encodingProto, nil
+		return laggardv1.UnmarshalProtoBatchAt, encodingProto, nil
 	}
 	return nil, "", fmt.Errorf("unsupported Content-Type %q: send application/json or application/x-protobuf", signal.Clip(mt))
 }
@@ -64,22 +64,21 @@ func (a *API) requireJSON(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// checkStepRange refuses a batch holding a step far outside the job's
-// stored range (D1; the rule and its reasons are at stagevec.StepRange):
-// one such vector would stretch every later "last N steps" window and
-// could not be taken back. A job with no stored steps is anchored at the
-// batch's smallest step. The error names the vector, the job's stored
-// range and the accepted one.
-func (a *API) checkStepRange(jobID string, vs []stagevec.Vector) error {
-	st, err := a.d.Reader.Stats(jobID)
+// checkStepRange refuses a batch holding a step far outside its
+// incarnation's stored range (D1; the rule and its reasons are at
+// stagevec.StepRange): one such vector would stretch every later "last N
+// steps" window and could not be taken back. An incarnation with no
+// stored steps is anchored at the batch's smallest step (a restart may
+// resume anywhere). The error names the vector, the stored range and the
+// accepted one.
+func (a *API) checkStepRange(jobID string, inc int, vs []stagevec.Vector) error {
+	first, last, stored, err := a.stepSpan(jobID, inc)
 	if err != nil {
 		// The absolute bound (stagevec.MaxStep) still holds; an
 		// unreadable summary must not stop ingest.
 		a.d.Log.Debug("step range check skipped", "job", jobID, "err", err)
 		return nil
 	}
-	first, last := st.FirstStep, st.LastStep
-	stored := st.Vectors > 0
 	if !stored {
 		first = vs[0].Step
 		for i := range vs {
@@ -93,15 +92,79 @@ func (a *API) checkStepRange(jobID string, vs []stagevec.Vector) error {
 		if s >= lo && s <= hi {
 			continue
 		}
-		have := fmt.Sprintf("the job's stored steps are [%d, %d]", st.FirstStep, st.LastStep)
+		have := fmt.Sprintf("its incarnation %d's stored steps are [%d, %d]", inc, first, last)
 		if !stored {
-			have = fmt.Sprintf("the job has no stored steps and this batch's smallest is %d", first)
+			have = fmt.Sprintf("its incarnation %d has no stored steps and this batch's smallest is %d", inc, first)
 		}
 		return signal.FieldErrorf("vectors["+strconv.Itoa(i)+"].step",
 			"%d is far outside job %q's range: %s, so steps must lie in [%d, %d] (a corrupt or reset step counter?)",
 			s, signal.Clip(jobID), have, lo, hi)
 	}
 	return nil
+}
+
+// stepSpan is incarnation inc's first and last stored training step:
+// from the job's in-memory stats when all its vectors are inc's (a job
+// launched once, the common case), else two seeks.
+func (a *API) stepSpan(jobID string, inc int) (first, last int64, ok bool, err error) {
+	st, err := a.d.Reader.Stats(jobID)
+	if err != nil {
+		return -1, -1, false, err
+	}
+	if st.Vectors == 0 {
+		return -1, -1, false, nil
+	}
+	fi, fs := stagevec.SplitOrdinal(st.FirstStep)
+	li, ls := stagevec.SplitOrdinal(st.LastStep)
+	if fi == inc && li == inc {
+		return fs, ls, true, nil
+	}
+	lo, hi := stagevec.OrdinalRange(inc, 0, stagevec.MaxStep)
+	f, l, ok, err := a.d.Reader.StepSpan(jobID, lo, hi)
+	if err != nil || !ok {
+		return -1, -1, false, err
+	}
+	_, first = stagevec.SplitOrdinal(f)
+	_, last = stagevec.SplitOrdinal(l)
+	return first, last, true, nil
+}
+
+// incarnationParam reads a request's optional ?incarnation=N: the launch
+// the calling process belongs to (docs/design/roles-and-runs.md); -1 when
+// absent. One the job never had is a 400, one older than the server
+// describes a 409 (jobAt).
+func incarnationParam(r *http.Request, job *signal.Job) (int, error) {
+	v := r.URL.Query().Get("incarnation")
+	if v == "" {
+		return -1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > signal.MaxIncarnation {
+		return -1, signal.FieldErrorf("incarnation", "must be an integer in [0, %d], got %q", signal.MaxIncarnation, signal.Clip(v))
+	}
+	if _, err := jobAt(job)(n); err != nil {
+		return -1, err
+	}
+	return n, nil
+}
+
+// jobAt resolves the incarnation a batch names for the decoder: the job as
+// that incarnation saw it (its world size and stage lists validate the
+// vectors). One the job never had is a 400; one older than the server
+// describes is a 409.
+func jobAt(job *signal.Job) laggardv1.JobAt {
+	return func(inc int) (*signal.Job, error) {
+		switch {
+		case inc < 0:
+			return job, nil
+		case inc > job.Current():
+			return nil, signal.FieldErrorf("incarnation", "job %q has no incarnation %d (its newest is %d); a process learns its incarnation from the job registration and rank join answers", signal.Clip(job.ID), inc, job.Current())
+		}
+		if _, ok := job.Incarnation(inc); !ok {
+			return nil, &signal.ConflictError{Field: "incarnation", Msg: fmt.Sprintf("incarnation %d of job %q is older than the %d the server describes; its data can no longer be added to", inc, signal.Clip(job.ID), signal.KeepIncarnations)}
+		}
+		return job.At(inc), nil
+	}
 }
 
 // shed answers 429 + Retry-After for a request the queue or the gate
@@ -184,21 +247,31 @@ func (a *API) ingestVectors(w http.ResponseWriter, r *http.Request) {
 		a.reject(w, r, http.StatusUnsupportedMediaType, reasonMediaType, err)
 		return
 	}
-	var vs []stagevec.Vector
+	var bt laggardv1.Batch
 	n, ok := a.readGated(w, r, job.ID, func(b []byte) (err error) {
-		vs, err = decode(b, job)
+		bt, err = decode(b, jobAt(job))
 		return err
 	})
 	if !ok {
 		return
 	}
+	vs, inc := bt.Vectors, bt.Incarnation
+	if inc < 0 {
+		inc = job.Current()
+	}
 	if len(vs) == 0 {
 		writeJSON(w, http.StatusOK, map[string]int{"accepted": 0})
 		return
 	}
-	if err := a.checkStepRange(job.ID, vs); err != nil {
+	if err := a.checkStepRange(job.ID, inc, vs); err != nil {
 		a.reject(w, r, http.StatusBadRequest, reasonInvalid, err)
 		return
+	}
+	// Stored steps are ordinals: each incarnation's vectors are their own
+	// keys, so a restart re-sending steps never lands on an earlier
+	// launch's (docs/design/roles-and-runs.md).
+	for i := range vs {
+		vs[i].Step = stagevec.Ordinal(inc, vs[i].Step)
 	}
 	// A large batch goes to the queue in parts of at most submitPart
 	// vectors, acknowledged together (commitParts).

@@ -1,9 +1,9 @@
 // Package catalog is the registry of jobs and their ranks and the rules
 // for changing it: a job registers once and every rank may register it
 // again (idempotent merge), a registration that would change what stored
-// vectors mean is a conflict, a new run under an old job id is refused,
-// and ranks with another role declare their own ordered stage list for
-// their role group. It keeps decoded jobs in memory; the store persists
+// vectors mean is a conflict, a restart, resubmission or new launch opens
+// a new incarnation (incarnation.go), and ranks with another role declare
+// their own ordered stage list for their role group. It keeps decoded jobs in memory; the store persists
 // them.
 package catalog
 
@@ -175,89 +175,151 @@ func (c *Catalog) put(j *signal.Job) error {
 	return nil
 }
 
-// Register records a job registration. created is true for a new job. A
-// repeated compatible registration merges into the stored job (name and
-// labels follow the latest, probes and ranks accumulate); one that
-// contradicts it is a *signal.ConflictError; isNotFound tells the store's
-// not-found error apart from failures.
+// Register records a job registration by process p and returns the job
+// after it, the incarnation p belongs to (see incarnation.go), and
+// whether the job is new. A repeated compatible registration merges into
+// its incarnation (name and labels follow the latest, probes and ranks
+// accumulate); a registration from a new launch, another run id, or a new
+// process declaring another layout opens a new incarnation; one that
+// contradicts its incarnation otherwise is a *signal.ConflictError;
+// isNotFound tells the store's not-found error apart from failures.
 //
 // The label ImplicitLabel is reserved for RegisterImplicit: an explicit
 // registration carrying it is a *signal.FieldError (it would otherwise be
 // taken for an implicit one and its schema silently ignored).
-func (c *Catalog) Register(nj *signal.Job, isNotFound func(error) bool) (job *signal.Job, created bool, err error) {
+func (c *Catalog) Register(nj *signal.Job, p signal.Process, isNotFound func(error) bool) (job *signal.Job, inc int, created bool, err error) {
 	if _, ok := nj.Labels[ImplicitLabel]; ok {
-		return nil, false, signal.FieldErrorf("labels."+ImplicitLabel, "is reserved for jobs the server registers from collective ingest")
+		return nil, 0, false, signal.FieldErrorf("labels."+ImplicitLabel, "is reserved for jobs the server registers from collective ingest")
 	}
-	return c.register(nj, isNotFound)
+	return c.register(nj, p, isNotFound)
 }
 
 // RegisterImplicit is Register for a job collective ingest registers
 // (ImplicitJob): it only has to agree with a known job on the world size,
 // and changes nothing of it.
 func (c *Catalog) RegisterImplicit(id string, world int, schema signal.Schema, isNotFound func(error) bool) (job *signal.Job, created bool, err error) {
-	return c.register(ImplicitJob(id, world, schema), isNotFound)
+	job, _, created, err = c.register(ImplicitJob(id, world, schema), signal.Process{}, isNotFound)
+	return job, created, err
 }
 
-func (c *Catalog) register(nj *signal.Job, isNotFound func(error) bool) (job *signal.Job, created bool, err error) {
+func (c *Catalog) register(nj *signal.Job, p signal.Process, isNotFound func(error) bool) (job *signal.Job, inc int, created bool, err error) {
 	nj = cloneJob(nj)
 	nj.Ranks = mergeRanks(nil, nj.Ranks)
+	nj.Incarnations = nil // the server's to keep
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	old, err := c.Get(nj.ID)
 	switch {
 	case err != nil && isNotFound(err):
 		nj.Created = c.now().UTC().Truncate(time.Millisecond)
+		nj.Incarnations = []signal.Incarnation{{N: 0, Opened: nj.Created, StartNS: p.StartNS, Reason: signal.IncFirst, Launch: p.Launch, RunID: nj.RunID}}
 		if err := c.put(nj); err != nil {
-			return nil, false, err
+			return nil, 0, false, err
 		}
-		return nj, true, nil
+		return nj, 0, true, nil
 	case err != nil:
-		return nil, false, err
+		return nil, 0, false, err
 	}
-	if err := conflict(old, nj); err != nil {
-		return nil, false, err
+	if isImplicit(nj) {
+		// Collective ingest of a known job changes nothing; it only has to
+		// agree on the world size.
+		if err := conflict(old, nj); err != nil {
+			return nil, 0, false, err
+		}
+		return old, old.Current(), false, nil
 	}
-	merged := mergeJob(old, nj)
-	switch {
-	case isImplicit(nj):
-		return old, false, nil // collective ingest of a known job changes nothing
-	case isImplicit(old):
-		merged = adopt(old, nj)
+	j := cloneJob(old)
+	ensureIncarnations(j)
+	i, why, err := place(j, nj, -1, p)
+	if err != nil {
+		return nil, 0, false, err
 	}
+	var merged *signal.Job
+	if why != nil {
+		if i, err = open(j, nj, p, why, c.now().UTC().Truncate(time.Millisecond)); err != nil {
+			return nil, 0, false, err
+		}
+		j.Ranks = mergeRanks(nil, nj.Ranks)
+		merged = j
+	} else if i == len(j.Incarnations)-1 {
+		merged = mergeJob(j, nj)
+		if isImplicit(old) {
+			merged = adopt(j, nj)
+		}
+		if in := &merged.Incarnations[i]; in.RunID == "" {
+			in.RunID = merged.RunID
+		}
+	} else {
+		merged = j // a late registration of an older incarnation's process
+	}
+	in := &merged.Incarnations[i]
+	if p.Launch != "" && adoptable(in) {
+		in.Launch = p.Launch
+	}
+	noteStart(in, p)
 	if !reflect.DeepEqual(old, merged) {
 		if err := c.put(merged); err != nil {
-			return nil, false, err
+			return nil, 0, false, err
 		}
 	}
-	return merged, false, nil
+	return merged, in.N, false, nil
 }
 
-// Join records a rank joining job id (idempotent; a rank rejoining after a
-// restart replaces its description). A rank that declares its own ordered
-// stage list sets its role group's schema; another list for the same
-// group is a *signal.ConflictError naming the rank and both order hashes.
-func (c *Catalog) Join(id string, rk signal.Rank) (*signal.Job, error) {
+// Join records rank rk of job id joining from process p (idempotent; a
+// rank rejoining from the same process replaces its description, one
+// rejoining from a new process opens a new incarnation — a restart) and
+// returns the job after it and the incarnation p belongs to. A rank that
+// declares its own ordered stage list sets its role group's schema;
+// another list for the same group is a *signal.ConflictError naming the
+// rank and both order hashes.
+func (c *Catalog) Join(id string, rk signal.Rank, p signal.Process) (*signal.Job, int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	cur, err := c.Get(id) // re-read under the lock
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	nj := cloneJob(cur)
-	if rk.Schema != nil {
-		if err := declare(nj, rk); err != nil {
-			return nil, err
-		}
-		rk.Schema = nil
+	ensureIncarnations(nj)
+	i, why, err := place(nj, nil, rk.Rank, p)
+	if err != nil {
+		return nil, 0, err
 	}
-	nj.Ranks = mergeRanks(nj.Ranks, []signal.Rank{rk})
+	if why != nil {
+		if i, err = open(nj, nil, p, why, c.now().UTC().Truncate(time.Millisecond)); err != nil {
+			return nil, 0, err
+		}
+	}
+	in := &nj.Incarnations[i]
+	world := nj.WorldSize
+	if i == len(nj.Incarnations)-1 {
+		if rk.Schema != nil {
+			if err := declare(nj, rk); err != nil {
+				return nil, 0, err
+			}
+		}
+		nj.Ranks = mergeRanks(nj.Ranks, []signal.Rank{rk})
+	} else if in.Layout != nil {
+		// A late join of an older incarnation's process: its own rank list.
+		l := *in.Layout
+		world = l.WorldSize
+		if l.Ranks != nil && rk.Rank < world {
+			l.Ranks = mergeRanks(l.Ranks, []signal.Rank{rk})
+		}
+		in.Layout = &l
+	}
+	bindProc(in, rk.Rank, world, p.Key())
+	if p.Launch != "" && adoptable(in) {
+		in.Launch = p.Launch
+	}
+	noteStart(in, p)
 	if reflect.DeepEqual(nj, cur) {
-		return cur, nil
+		return cur, in.N, nil
 	}
 	if err := c.put(nj); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return nj, nil
+	return nj, in.N, nil
 }
 
 // declare applies rank rk's own stage list to its role group in j. The
@@ -313,12 +375,14 @@ func ImplicitJob(id string, world int, schema signal.Schema) *signal.Job {
 func isImplicit(j *signal.Job) bool { return j.Labels[ImplicitLabel] != "" }
 
 // adopt is an explicit registration nj of implicitly registered job old:
-// nj's declaration wins, what old accumulated (ranks, creation) stays.
+// nj's declaration wins, what old accumulated (ranks, creation,
+// incarnations) stays.
 // Stage vectors are not expected before the explicit registration (the
 // client registers before it ships), so no stored vector changes meaning.
 func adopt(old, nj *signal.Job) *signal.Job {
 	m := cloneJob(nj)
 	m.Created = old.Created
+	m.Incarnations = cloneIncarnations(old.Incarnations)
 	m.Ranks = mergeRanks(old.Ranks, nj.Ranks)
 	if m.RunID == "" {
 		m.RunID = old.RunID
@@ -331,18 +395,16 @@ func adopt(old, nj *signal.Job) *signal.Job {
 }
 
 // conflict reports a re-registration that changes what stored vectors
-// mean: their length (stages), the rank range, the microstep layout — or
-// that comes from another run of the job. An implicit registration
-// (ImplicitJob) on either side only has to agree on the world size.
+// mean: their length (stages), the rank range, the microstep layout. An
+// implicit registration (ImplicitJob) on either side only has to agree on
+// the world size. (Another run id is not a conflict: it opens a new
+// incarnation, see place.)
 func conflict(old, nj *signal.Job) error {
 	if (isImplicit(old) || isImplicit(nj)) && old.WorldSize != nj.WorldSize {
 		return &signal.ConflictError{Field: "world_size", Msg: fmt.Sprintf("job %q is registered with world_size %d, got %d", old.ID, old.WorldSize, nj.WorldSize)}
 	}
 	if isImplicit(old) || isImplicit(nj) {
-		return conflictRun(old, nj)
-	}
-	if err := conflictRun(old, nj); err != nil {
-		return err
+		return nil
 	}
 	switch {
 	case old.WorldSize != nj.WorldSize:
@@ -353,15 +415,6 @@ func conflict(old, nj *signal.Job) error {
 		return &signal.ConflictError{Field: "schema.stages", Msg: fmt.Sprintf("job %q is registered with a different ordered stage list %v (order hash %s, got %s)", old.ID, old.Schema.Stages, old.Schema.OrderHash(), nj.Schema.OrderHash())}
 	case max(old.Accumulation, 1) != max(nj.Accumulation, 1):
 		return &signal.ConflictError{Field: "accumulation", Msg: fmt.Sprintf("job %q is registered with accumulation %d, got %d", old.ID, old.Accumulation, nj.Accumulation)}
-	}
-	return nil
-}
-
-// conflictRun refuses a registration from another run of the job.
-func conflictRun(old, nj *signal.Job) error {
-	if old.RunID != "" && nj.RunID != "" && old.RunID != nj.RunID {
-		return &signal.ConflictError{Field: "run_id", Msg: fmt.Sprintf("job %q belongs to run %q (registered %s); this is run %q. A job id names one run: use a new job id (LAGGARD_JOB) for a new run",
-			old.ID, signal.Clip(old.RunID), old.Created.Format(time.RFC3339), signal.Clip(nj.RunID))}
 	}
 	return nil
 }
@@ -400,6 +453,7 @@ func cloneJob(j *signal.Job) *signal.Job {
 	c.Ranks = slices.Clone(j.Ranks)
 	c.Labels = maps.Clone(j.Labels)
 	c.Groups = slices.Clone(j.Groups)
+	c.Incarnations = cloneIncarnations(j.Incarnations)
 	for i := range c.Groups {
 		c.Groups[i].Schema = c.Groups[i].Schema.Clone()
 	}

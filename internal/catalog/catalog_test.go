@@ -66,10 +66,10 @@ func conflictField(err error) string {
 
 func TestRegister(t *testing.T) {
 	c, st := newCatalog()
-	if _, created, err := c.Register(job("a", 4, "run-1"), isNotFound); err != nil || !created {
+	if _, _, created, err := c.Register(job("a", 4, "run-1"), signal.Process{}, isNotFound); err != nil || !created {
 		t.Fatalf("first registration: created=%v %v", created, err)
 	}
-	if _, created, err := c.Register(job("a", 4, "run-1"), isNotFound); err != nil || created || st.writes != 1 {
+	if _, _, created, err := c.Register(job("a", 4, "run-1"), signal.Process{}, isNotFound); err != nil || created || st.writes != 1 {
 		t.Fatalf("identical re-registration: created=%v err=%v writes=%d", created, err, st.writes)
 	}
 	other := stagevec.DefaultSchema()
@@ -79,38 +79,39 @@ func TestRegister(t *testing.T) {
 		j     *signal.Job
 		field string
 	}{
-		{"new run under the same id", job("a", 4, "run-2"), "run_id"},
 		{"world size", job("a", 8, "run-1"), "world_size"},
 		{"stage list", &signal.Job{ID: "a", WorldSize: 4, Schema: other}, "schema.stages"},
 		{"accumulation", &signal.Job{ID: "a", WorldSize: 4, Schema: stagevec.DefaultSchema(), Accumulation: 4}, "accumulation"},
 	}
+	// An older client (no process information) that contradicts its
+	// incarnation's layout is still refused: nothing says it is a new launch.
 	for _, tc := range cases {
-		_, _, err := c.Register(tc.j, isNotFound)
+		_, _, _, err := c.Register(tc.j, signal.Process{}, isNotFound)
 		if conflictField(err) != tc.field {
 			t.Errorf("%s: %v, want a conflict on %q", tc.name, err, tc.field)
 		}
 	}
-	var ce *signal.ConflictError
-	_, _, err := c.Register(job("a", 4, "run-2"), isNotFound)
-	if !errors.As(err, &ce) || !strings.Contains(ce.Msg, "use a new job id") {
-		t.Errorf("the run conflict must say what to do: %v", err)
+	// Another run id is a resubmission: a new incarnation, never a 409.
+	j, inc, _, err := c.Register(job("a", 4, "run-2"), signal.Process{}, isNotFound)
+	if err != nil || inc != 1 || j.RunID != "run-2" || j.Incarnations[1].Reason != signal.IncRunID {
+		t.Errorf("a new run under the same id: inc=%d err=%v job=%+v", inc, err, j)
 	}
 	// No run id on either side: an older client, accepted.
-	if _, _, err := c.Register(job("a", 4, ""), isNotFound); err != nil {
+	if _, _, _, err := c.Register(job("a", 4, ""), signal.Process{}, isNotFound); err != nil {
 		t.Errorf("registration without run id: %v", err)
 	}
 	// A job registered without a run id adopts the first one it is given.
-	if _, _, err := c.Register(job("b", 2, ""), isNotFound); err != nil {
+	if _, _, _, err := c.Register(job("b", 2, ""), signal.Process{}, isNotFound); err != nil {
 		t.Fatal(err)
 	}
-	if j, _, err := c.Register(job("b", 2, "r"), isNotFound); err != nil || j.RunID != "r" {
+	if j, _, _, err := c.Register(job("b", 2, "r"), signal.Process{}, isNotFound); err != nil || j.RunID != "r" {
 		t.Errorf("run id adoption: %+v %v", j, err)
 	}
 }
 
 func TestJoinDeclaresRoleGroupSchemas(t *testing.T) {
 	c, _ := newCatalog()
-	if _, _, err := c.Register(job("pp", 8, ""), isNotFound); err != nil {
+	if _, _, _, err := c.Register(job("pp", 8, ""), signal.Process{}, isNotFound); err != nil {
 		t.Fatal(err)
 	}
 	def := stagevec.DefaultSchema()
@@ -120,7 +121,7 @@ func TestJoinDeclaresRoleGroupSchemas(t *testing.T) {
 		return signal.Rank{Rank: r, Role: signal.Role{DP: r, TP: -1, PP: pp, EP: -1}, Schema: s}
 	}
 	for _, rk := range []signal.Rank{rank(0, 0, &def), rank(4, 1, &pp1), rank(5, 1, &pp1), rank(1, 0, nil)} {
-		if _, err := c.Join("pp", rk); err != nil {
+		if _, _, err := c.Join("pp", rk, signal.Process{}); err != nil {
 			t.Fatalf("join %d: %v", rk.Rank, err)
 		}
 	}
@@ -139,12 +140,12 @@ func TestJoinDeclaresRoleGroupSchemas(t *testing.T) {
 	// Another list for pp1, and a new list for a group whose rank already
 	// reports the default: both 409, naming the rank and the hashes.
 	for _, rk := range []signal.Rank{rank(6, 1, &other), rank(2, 0, &pp1)} {
-		_, err := c.Join("pp", rk)
+		_, _, err := c.Join("pp", rk, signal.Process{})
 		if conflictField(err) != "schema" || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", rk.Rank)) || !strings.Contains(err.Error(), rk.Schema.OrderHash()) {
 			t.Errorf("join %d: %v", rk.Rank, err)
 		}
 	}
-	if _, err := c.Join("nope", rank(0, 0, nil)); !isNotFound(err) {
+	if _, _, err := c.Join("nope", rank(0, 0, nil), signal.Process{}); !isNotFound(err) {
 		t.Errorf("unknown job: %v", err)
 	}
 }
@@ -152,13 +153,13 @@ func TestJoinDeclaresRoleGroupSchemas(t *testing.T) {
 // Ranks joining concurrently are all kept, in rank order.
 func TestConcurrentJoins(t *testing.T) {
 	c, _ := newCatalog()
-	if _, _, err := c.Register(job("a", 64, ""), isNotFound); err != nil {
+	if _, _, _, err := c.Register(job("a", 64, ""), signal.Process{}, isNotFound); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	for r := 63; r >= 0; r-- {
 		wg.Go(func() {
-			if _, err := c.Join("a", signal.Rank{Rank: r, Host: fmt.Sprint("h", r)}); err != nil {
+			if _, _, err := c.Join("a", signal.Rank{Rank: r, Host: fmt.Sprint("h", r)}, signal.Process{}); err != nil {
 				t.Error(err)
 			}
 		})

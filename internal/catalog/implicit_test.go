@@ -19,12 +19,12 @@ func TestImplicitLabelReserved(t *testing.T) {
 	j := job("a", 2, "")
 	j.Labels = map[string]string{ImplicitLabel: "collectives"}
 	var fe *signal.FieldError
-	if _, _, err := c.Register(j, isNotFound); !errors.As(err, &fe) || fe.Field != "labels."+ImplicitLabel {
+	if _, _, _, err := c.Register(j, signal.Process{}, isNotFound); !errors.As(err, &fe) || fe.Field != "labels."+ImplicitLabel {
 		t.Fatalf("explicit registration with the reserved label: %v", err)
 	}
 	// The same registration without it adopts the implicit job.
 	j.Labels = nil
-	got, _, err := c.Register(j, isNotFound)
+	got, _, _, err := c.Register(j, signal.Process{}, isNotFound)
 	if err != nil || got.Labels[ImplicitLabel] != "" {
 		t.Fatalf("adopting: %+v, %v", got, err)
 	}

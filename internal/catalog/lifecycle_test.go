@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/laggard-dev/laggard/internal/signal"
 )
 
 // deletingStore is memStore with DeleteJob.
@@ -25,7 +27,7 @@ func (s deletingStore) DeleteJob(id string) error {
 // unknown one.
 func TestDelete(t *testing.T) {
 	c, st := newCatalog()
-	if _, _, err := c.Register(job("a", 2, ""), isNotFound); err != nil {
+	if _, _, _, err := c.Register(job("a", 2, ""), signal.Process{}, isNotFound); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Delete("a"); !errors.Is(err, ErrNoDelete) {
@@ -54,7 +56,7 @@ func TestDelete(t *testing.T) {
 func TestPage(t *testing.T) {
 	c, _ := newCatalog()
 	for i := range 5 {
-		if _, _, err := c.Register(job(fmt.Sprintf("j%d", i), 2, ""), isNotFound); err != nil {
+		if _, _, _, err := c.Register(job(fmt.Sprintf("j%d", i), 2, ""), signal.Process{}, isNotFound); err != nil {
 			t.Fatal(err)
 		}
 	}

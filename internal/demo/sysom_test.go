@@ -130,6 +130,14 @@ func TestJudgeSysom(t *testing.T) {
 	empty.Report = &sysom.Report{}
 	noStacks := cannedSysom()
 	noStacks.Window.Ranks = 0
+	// Issue 16 item 8b: the hogged rank and two others named (the demo
+	// graded this ✔).
+	extra := cannedSysom()
+	for _, r := range []int{0, 3} {
+		d := extra.Report.Diagnoses[0]
+		d.Rank, d.Confidence = r, sysom.ConfidenceLow
+		extra.Report.Diagnoses = append(extra.Report.Diagnoses, d)
+	}
 	for _, tc := range []struct {
 		name   string
 		rep    *analysis.SysomReport
@@ -142,7 +150,8 @@ func TestJudgeSysom(t *testing.T) {
 		{"located by the waterline path", waterOnly, 2, VerdictLocated, true, `"[other process] python3"`},
 		{"no hog path", noPath, 2, VerdictPartial, false, `no "[other process]" path`},
 		{"layer inconclusive", inconcl, 2, VerdictPartial, true, "layer inconclusive"},
-		{"wrong rank", located, 1, VerdictMissed, false, "names rank(s) [2], not rank 1"},
+		{"wrong rank", located, 1, VerdictMissed, false, "names rank 2, not rank 1"},
+		{"extra ranks", extra, 2, VerdictPartial, true, "but also ranks 0, 3, wrongly"},
 		{"nothing named", empty, 2, VerdictInconclusive, false, "names no rank"},
 		{"no stacks", noStacks, 2, VerdictNoData, false, "no CPU stacks"},
 		{"no report", nil, 2, VerdictNoData, false, "no CPU stacks"},

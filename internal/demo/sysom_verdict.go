@@ -22,8 +22,10 @@ const (
 // the hidden rank's only core.
 type SysomVerdict struct {
 	Kind string `json:"kind"`
-	// Named: the ranks diagnosed or flagged slow, ascending.
+	// Named: the ranks diagnosed, flagged slow or named by the temporal
+	// split, ascending; Extra those that are not the hogged rank.
 	Named     []int `json:"named"`
+	Extra     []int `json:"extra,omitempty"`
 	RankNamed bool  `json:"rank_named"`
 	// Layer and Cause concluded for the hidden rank ("" when it has no
 	// diagnosis); LayerOK: cpu or os — the hog takes the rank's CPU
@@ -52,8 +54,11 @@ func JudgeSysom(r *analysis.SysomReport, rank int) *SysomVerdict {
 	for _, s := range rep.SlowRanks {
 		v.Named = append(v.Named, s.Rank)
 	}
-	slices.Sort(v.Named)
-	v.Named = slices.Compact(v.Named)
+	if rep.Temporal != nil {
+		v.Named = append(v.Named, rep.Temporal.Suspects...)
+	}
+	g := GradeRanks("SysOM-AI", v.Named, rank, "")
+	v.Named, v.Extra = g.Named, g.Extra
 	v.RankNamed = slices.Contains(v.Named, rank)
 	var paths []sysom.HotPath
 	for _, d := range rep.Diagnoses {
@@ -87,6 +92,10 @@ func JudgeSysom(r *analysis.SysomReport, rank int) *SysomVerdict {
 		path = fmt.Sprintf("hot path %q", v.HogPath)
 	}
 	switch {
+	case v.RankNamed && len(v.Extra) > 0:
+		// Never ✔ when other ranks were named too (issue 16 item 8b).
+		v.Kind = VerdictPartial
+		v.Line = fmt.Sprintf("~ SysOM-AI names rank %d (hog on rank %d), %s, %s — but also %s, wrongly", rank, rank, layer, path, rankList(v.Extra))
 	case v.RankNamed && v.LayerOK && v.HogPath != "":
 		v.Kind = VerdictLocated
 		v.Line = fmt.Sprintf("✔ SysOM-AI names rank %d (hog on rank %d), %s, %s", rank, rank, layer, path)
@@ -95,7 +104,7 @@ func JudgeSysom(r *analysis.SysomReport, rank int) *SysomVerdict {
 		v.Line = fmt.Sprintf("~ SysOM-AI names rank %d (hog on rank %d) but %s, %s", rank, rank, layer, path)
 	case len(v.Named) > 0:
 		v.Kind = VerdictMissed
-		v.Line = fmt.Sprintf("✘ SysOM-AI names rank(s) %v, not rank %d (the hogged one)", v.Named, rank)
+		v.Line = fmt.Sprintf("✘ SysOM-AI names %s, not rank %d (the hogged one)", rankList(v.Named), rank)
 	default:
 		v.Kind = VerdictInconclusive
 		v.Line = fmt.Sprintf("– SysOM-AI names no rank (hog on rank %d): the evidence did not single one out", rank)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/stats"
 )
 
@@ -71,8 +72,11 @@ type Reporter interface {
 // Summary is a job's latest background diagnosis, as the job list shows
 // it.
 type Summary struct {
-	EvaluatedAt time.Time         `json:"evaluated_at"`
+	EvaluatedAt time.Time `json:"evaluated_at"`
+	// LastStep is the newest stored step of the newest incarnation
+	// (Incarnation) that has vectors.
 	LastStep    int64             `json:"last_step"`
+	Incarnation int               `json:"incarnation"`
 	Active      bool              `json:"active"`
 	Window      analysis.Window   `json:"window"`
 	Headline    analysis.Headline `json:"headline"`
@@ -251,7 +255,14 @@ func (d *Detector) evaluate(ctx context.Context, id string) {
 		return
 	}
 	s.evaluatedAt = d.now()
-	sum := &Summary{EvaluatedAt: s.evaluatedAt, LastStep: s.lastStep, Active: !s.advancedAt.IsZero() && s.evaluatedAt.Sub(s.advancedAt) <= d.cfg.ActiveFor}
+	// Stored steps are ordinals (stagevec.Ordinal): they keep increasing
+	// across restarts, which is what "advancing" needs; the summary shows
+	// the training step.
+	inc, last := stagevec.SplitOrdinal(max(s.lastStep, 0))
+	if s.lastStep < 0 {
+		last = s.lastStep
+	}
+	sum := &Summary{EvaluatedAt: s.evaluatedAt, LastStep: last, Incarnation: inc, Active: !s.advancedAt.IsZero() && s.evaluatedAt.Sub(s.advancedAt) <= d.cfg.ActiveFor}
 	if err != nil {
 		d.m.evaluations.WithLabelValues("error").Inc()
 		d.log.Debug("evaluation failed", "job", id, "err", err)

@@ -211,13 +211,13 @@ func (k *Kair) CancelCapture(job, id string) (*store.Capture, error) {
 }
 
 // PendingCapture answers a rank's poll.
-func (k *Kair) PendingCapture(job string, rank int) (*store.Capture, error) {
-	return k.k.Pending(job, rank, k.now().UnixNano())
+func (k *Kair) PendingCapture(job string, rank int, step int64, inc int) (*store.Capture, error) {
+	return k.k.Pending(job, rank, step, inc, k.now().UnixNano())
 }
 
 // CheckUpload checks an upload before its body is read.
-func (k *Kair) CheckUpload(job, id string, rank int) (*store.Capture, error) {
-	return k.k.CheckUpload(job, id, rank, k.now().UnixNano())
+func (k *Kair) CheckUpload(job, id string, rank, inc int) (*store.Capture, error) {
+	return k.k.CheckUpload(job, id, rank, inc, k.now().UnixNano())
 }
 
 // PutTrace stores a rank's trace.

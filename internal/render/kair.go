@@ -40,6 +40,7 @@ func KAIR(w io.Writer, r *kair.TraceReport) error {
 	kairHeader(p, r)
 	kairRhythm(p, r.Rhythm)
 	kairClock(p, r.Clock)
+	kairWaits(p, r)
 	kairOutliers(p, r)
 	kairCauses(p, r)
 	c := r.Config
@@ -66,6 +67,9 @@ func kairHeader(p *printer, r *kair.TraceReport) {
 		events += n
 	}
 	p.f("KAIR · %d ranks %s · %s events", len(r.Ranks), rankSpan(r.Ranks), thousands(int64(events)))
+	if n := len(r.LeftOut); n > 0 {
+		p.f(" · %d rank(s) left out (no shared step)", n)
+	}
 	switch n := len(r.Steps); n {
 	case 0:
 		p.f(" · no step every rank has")
@@ -220,6 +224,73 @@ func kairClock(p *printer, cl []kair.ClockEstimate) {
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%d\t\n", c.Rank, c.Method, signedNS(c.OffsetNS), nsText(c.ResidualNS), c.Samples, c.Violations)
 	}
 	p.table(tw)
+}
+
+// kairWaits is who the ranks waited for at collectives (kair.Hold): the
+// time a culprit must explain (issue 16 item 6a).
+func kairWaits(p *printer, r *kair.TraceReport) {
+	n := len(r.StepReports)
+	if n == 0 {
+		return
+	}
+	type row struct {
+		rank, last          int
+		typical, most, late int64
+		op                  string
+	}
+	byRank := map[int]*row{}
+	joined := false
+	for _, sr := range r.StepReports {
+		if sr == nil {
+			continue
+		}
+		joined = joined || sr.Joined
+		for _, h := range sr.Held {
+			w := byRank[h.Rank]
+			if w == nil {
+				w = &row{rank: h.Rank}
+				byRank[h.Rank] = w
+			}
+			if h.NS > 0 {
+				w.last++
+			}
+			if h.NS > w.most {
+				w.most, w.op = h.NS, h.Op
+			}
+		}
+	}
+	if !joined {
+		p.f("\nwaits at collectives: no collective joins the ranks in the analysed steps (not measured)\n")
+		return
+	}
+	rows := make([]*row, 0, len(byRank))
+	for rk, w := range byRank {
+		w.typical, _ = r.TypicalHeld(rk)
+		w.late, _ = r.TypicalLate(rk)
+		if w.most > 0 || w.late > 0 {
+			rows = append(rows, w)
+		}
+	}
+	slices.SortFunc(rows, func(a, b *row) int {
+		return cmp.Or(cmp.Compare(b.typical, a.typical), cmp.Compare(b.late, a.late), cmp.Compare(b.most, a.most), cmp.Compare(a.rank, b.rank))
+	})
+	p.f("\nwaits at collectives (how long the others waited for the last to arrive, per step):")
+	if len(rows) == 0 {
+		p.f(" none\n")
+		return
+	}
+	p.f("\n")
+	tw := newTable()
+	fmt.Fprintf(tw, "  rank\tlast in\twaited for*\tmost\tlate vs median*\top\t\n")
+	for i, w := range rows {
+		if i == 8 {
+			fmt.Fprintf(tw, "  … %d more\t\t\t\t\t\t\n", len(rows)-i)
+			break
+		}
+		fmt.Fprintf(tw, "  %d\t%d/%d\t%s\t%s\t%s\t%s\t\n", w.rank, w.last, n, nsText(w.typical), nsText(w.most), nsText(w.late), clipText(w.op, 40))
+	}
+	p.table(tw)
+	p.f("  * reached in more than half the analysed steps; a culprit must explain the wait for its rank\n")
 }
 
 func kairOutliers(p *printer, r *kair.TraceReport) {

@@ -51,15 +51,19 @@ func Sysom(w io.Writer, r *analysis.SysomReport) error {
 		p.flush(tw)
 	}
 	if len(rep.Waterline) > 0 {
-		p.f("\nCPU waterline flags (function fraction above the group's μ + k σ):\n")
+		p.f("\nCPU waterline flags (a function's share of the rank's own samples, another process's share of all of them, above the group's μ + k σ):\n")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "  group\trank\tfunction\tfraction\tgroup μ (σ)\tz\tsamples\n")
+		fmt.Fprintf(tw, "  group\trank\tfunction\tfraction\tgroup μ (σ)\tz\tsamples\t\n")
 		for _, f := range rep.Waterline {
 			name := f.Func
 			if f.New {
 				name += " (new)"
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%.2f%%\t%.2f%% (%.2f%%)\t%s\t%d\n", f.Group, f.Rank, clipText(name, 60), 100*f.Fraction, 100*f.Mean, 100*f.Sigma, zText(f.Z), f.Samples)
+			note := ""
+			if f.OnTime {
+				note = "on time in collectives: does not delay the group"
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%.2f%%\t%.2f%% (%.2f%%)\t%s\t%d\t%s\n", f.Group, f.Rank, clipText(name, 60), 100*f.Fraction, 100*f.Mean, 100*f.Sigma, zText(f.Z), f.Samples, note)
 		}
 		p.flush(tw)
 	}

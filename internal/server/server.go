@@ -106,7 +106,7 @@ func setDefault[T int | int64 | time.Duration](p *T, v T) {
 // backpressure, a failing one for error paths).
 type Store interface {
 	catalog.Store
-	analysis.Source
+	analysis.OrdinalSource
 	// AppendMany stores several batches atomically and durably in one
 	// write; the ingest writer's group commit.
 	AppendMany([]store.Batch) error

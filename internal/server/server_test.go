@@ -542,11 +542,6 @@ func TestRoleGroupsEndToEnd(t *testing.T) {
 	if r := join(3, 1, &other); r.status != http.StatusConflict || r.errBody(t).Field != "schema" || !strings.Contains(r.errBody(t).Error, "rank 3") {
 		t.Fatalf("conflicting schema: %d %s", r.status, r.body)
 	}
-	rerun := testJob("pp", 4)
-	rerun.RunID = "run-2"
-	if r := do(t, "PUT", base, jsonType, mustJSON(t, rerun)); r.status != http.StatusConflict || r.errBody(t).Field != "run_id" {
-		t.Fatalf("job id reused by another run: %d %s", r.status, r.body)
-	}
 	var vs []stagevec.Vector
 	for step := int64(0); step < 40; step++ {
 		for r := 0; r < 2; r++ {

@@ -84,11 +84,16 @@ type Job struct {
 	// list; every other rank reports Schema.
 	Groups []GroupSchema     `json:"groups,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
-	// RunID identifies one run (incarnation) of the job, e.g. torchrun's
-	// TORCHELASTIC_RUN_ID. A registration with another run id is refused
-	// rather than silently mixing two runs' vectors under one job id.
+	// RunID identifies the run of the newest incarnation, e.g. torchrun's
+	// TORCHELASTIC_RUN_ID. A registration with another run id opens a new
+	// incarnation rather than mixing two runs' vectors.
 	RunID   string    `json:"run_id,omitempty"`
 	Created time.Time `json:"created"`
+	// Incarnations describes the job's launches, oldest first (at most
+	// KeepIncarnations); the server keeps them, a registration may not set
+	// them. The other fields above describe the newest one; an older one
+	// whose layout differed keeps its own (Incarnation.Layout, Job.At).
+	Incarnations []Incarnation `json:"incarnations,omitempty"`
 }
 
 // RankInfo returns the description of rank r, if it joined.

@@ -85,6 +85,11 @@ type Capture struct {
 	// "greyhound:<ns>"): the trigger fires once per finding, also across
 	// restarts.
 	Signal string `json:"signal,omitempty"`
+	// Incarnation is the launch of the job the capture asks
+	// (docs/design/roles-and-runs.md): only its processes record for it.
+	Incarnation int `json:"incarnation,omitempty"`
+	// Note says why a capture closed early (the job restarted).
+	Note string `json:"note,omitempty"`
 }
 
 // NewCaptureID returns a fresh random capture id ("c" + 12 hex digits).

@@ -395,50 +395,8 @@ func CloneVector(v *stagevec.Vector) stagevec.Vector {
 
 // LastSteps returns the range [from, to] holding the last n distinct stored
 // steps of jobID (fewer if the job has fewer); ok is false when it has no
-// vectors or n < 1. Steps may have gaps, so this walks back n distinct
-// steps with one seek each rather than computing to-n+1.
+// vectors or n < 1. See LastStepsIn.
 func (s *Store) LastSteps(jobID string, n int) (from, to int64, ok bool, err error) {
-	if err := s.enter(); err != nil {
-		return 0, 0, false, err
-	}
-	defer s.life.RUnlock()
-	if !s.hasJob(jobID) {
-		return 0, 0, false, notFound(jobID)
-	}
-	if n < 1 {
-		return 0, 0, false, nil
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: vecPrefix(jobID), UpperBound: vecPrefixEnd(jobID)})
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("store: last steps %q: %w", jobID, err)
-	}
-	defer it.Close()
-	if !it.Last() {
-		return 0, 0, false, it.Error()
-	}
-	stepOf := func() (int64, error) {
-		step, _, _, ok := parseVecSuffix(it.Key())
-		if !ok {
-			return 0, fmt.Errorf("store: key %s: %w: malformed vector key", keyString(it.Key()), ErrCorrupt)
-		}
-		return step, nil
-	}
-	if to, err = stepOf(); err != nil {
-		return 0, 0, false, err
-	}
-	from = to
-	for range n - 1 {
-		// The smallest key of step `from` is (from, 0, 0); the entry before
-		// it belongs to the previous distinct step.
-		if !it.SeekLT(vecKey(jobID, from, 0, 0)) {
-			break
-		}
-		if from, err = stepOf(); err != nil {
-			return 0, 0, false, err
-		}
-	}
-	if err := it.Error(); err != nil {
-		return 0, 0, false, fmt.Errorf("store: last steps %q: %w", jobID, err)
-	}
-	return from, to, true, nil
+	from, to, got, err := s.LastStepsIn(jobID, 0, math.MaxInt64, n)
+	return from, to, got > 0, err
 }

@@ -280,7 +280,8 @@ func (ss *session) close() {
 // Build-ID and demangled; Kernel, Python and Symbol frames kept as named;
 // an address no symbol contains named "<module>+0x<addr>" (never the
 // nearest lower symbol, §5.3); a Foreign sample gets a root frame
-// "[other process] <comm>". Identical stacks are merged, frames root first.
+// "[other process] <comm>" (an opaque one is its own frame alone:
+// stack.HiddenFrame, stack.SelfFrame). Identical stacks are merged, frames root first.
 func (r *Resolver) Profile(batches []*stack.Batch, rank int) *stack.Profile {
 	p := &stack.Profile{Rank: rank, Funcs: []stack.Func{}, Stacks: []stack.Stack{}}
 	ss := &session{r: r, held: map[string]*openIx{}}
@@ -341,7 +342,7 @@ func (r *Resolver) Profile(batches []*stack.Batch, rank int) *stack.Profile {
 			}
 			used = true
 			frames = frames[:0]
-			if s.Foreign {
+			if s.Foreign && !s.Opaque() { // an opaque sample's one frame names it
 				comm := s.Comm
 				if comm == "" {
 					comm = "pid " + strconv.Itoa(s.PID)

@@ -181,3 +181,18 @@ func TestResolverLocalDebug(t *testing.T) {
 		t.Errorf("named %d of %d static functions: %+v", named, nStatic, prof.Funcs)
 	}
 }
+
+// TestOpaqueForeignSampleIsItsFrame: an opaque foreign sample (another
+// user's process, laggard's own) is shown as its one frame, with no
+// "[other process] pid 0" root above it.
+func TestOpaqueForeignSampleIsItsFrame(t *testing.T) {
+	r := NewResolver(storeWith(t, nil), ResolverOptions{})
+	defer r.Close()
+	b := &stack.Batch{StartNS: 1, EndNS: 2, Samples: []stack.Sample{
+		{Rank: 0, Foreign: true, Count: 4, Frames: []stack.Frame{{Kind: stack.Symbol, Mapping: -1, Func: stack.HiddenFrame}}},
+	}}
+	p := r.Profile([]*stack.Batch{b}, 0)
+	if len(p.Stacks) != 1 || len(p.Stacks[0].Frames) != 1 || p.Funcs[p.Stacks[0].Frames[0]].Name != stack.HiddenFrame {
+		t.Fatalf("profile %+v", p)
+	}
+}

@@ -338,7 +338,7 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("job list shows each job's diagnosis and sorts", func(t *testing.T) {
 		p := tab(t, "#/")
-		p.wait(`document.querySelectorAll('tr[data-job]').length === 9`, "nine jobs")
+		p.wait(`document.querySelectorAll('tr[data-job]').length === 10`, "ten jobs")
 		row := `tr[data-job="data-straggler-8"]`
 		if got := p.text(row + " .straggler"); got != "rank 2 · node-000" {
 			t.Errorf("data-straggler-8 straggler cell %q, want rank 2 · node-000", got)
@@ -662,6 +662,35 @@ func TestBrowser(t *testing.T) {
 		p.shot("job-1024-hosts.png")
 	})
 
+	t.Run("restarted job: the newest launch by default, each launch and all on request", func(t *testing.T) {
+		p := tab(t, "#/jobs/restarted")
+		p.wait(`document.querySelector('.headline-text')`, "the headline")
+		p.wait(`document.querySelectorAll('.launches button').length === 3`, "a launch selector: #0, #1 (newest), all")
+		if got := p.text(`.launches button.on`); got != "#1 (newest)" {
+			t.Errorf("selected launch %q, want the newest", got)
+		}
+		if got := p.text("#headline"); !strings.Contains(got, "restarted once") || !strings.Contains(got, "incarnation 1") {
+			t.Errorf("the headline card must say which launch it covers: %q", got)
+		}
+		if got := p.text(".jobhead .meta"); !strings.Contains(got, "steps 60–159 stored in the newest launch") {
+			t.Errorf("job meta %q", got)
+		}
+		// The first launch had the straggler; the newest does not.
+		p.click(`.launches button[data-incarnation="0"]`)
+		p.waitParam("incarnation", "0")
+		p.wait(`document.querySelector('#headline .named')`, "the first launch's straggler")
+		if got := p.text("#headline .named"); !strings.Contains(got, fmt.Sprintf("rank %d", restartRank)) {
+			t.Errorf("first launch's straggler %q, want rank %d", got, restartRank)
+		}
+		p.click(`.launches button[data-incarnation="all"]`)
+		p.waitParam("incarnation", "all")
+		p.wait(`document.querySelector('svg.timeline g.restart')`, "a restart marker on the time axis")
+		if got := p.str(`document.querySelector('svg.timeline g.restart').dataset.step`); got != "100" {
+			t.Errorf("restart marked at position %s, want 100 (the first launch's 100 steps)", got)
+		}
+		p.shot("restarted-all.png")
+	})
+
 	t.Run("compare with another job", func(t *testing.T) {
 		p := tab(t, "#/jobs/data-straggler-8")
 		p.wait(`document.querySelector('select[name=ref_mode]')`, "the reference control")
@@ -714,7 +743,7 @@ func TestBrowser(t *testing.T) {
 		paged := httptest.NewServer(g.mux())
 		t.Cleanup(paged.Close)
 		p := browser{ctx: bctx, base: paged.URL, dir: dir}.open(t, "#/")
-		p.wait(`document.querySelectorAll('tr[data-job]').length === 9`, "all nine jobs from three pages")
+		p.wait(`document.querySelectorAll('tr[data-job]').length === 10`, "all ten jobs from three pages")
 	})
 
 	t.Run("loading state", func(t *testing.T) {

@@ -126,18 +126,20 @@ type kfRunConfig struct {
 
 // kfReport is kair.TraceReport (contract §A) as JSON.
 type kfReport struct {
-	Ranks             []int           `json:"ranks"`
-	Events            []int           `json:"events"`
-	Steps             []kfStepSpan    `json:"steps"`
-	Clock             []kfClock       `json:"clock"`
-	Rhythm            *kfRhythm       `json:"rhythm"`
-	Analysed          []int64         `json:"analysed"`
-	StepReports       []*kair.Report  `json:"step_reports"`
-	StragglerOutliers []kair.Instance `json:"straggler_outliers"`
-	Causes            []kfCause       `json:"causes"`
-	Verdict           string          `json:"verdict"`
-	Headline          string          `json:"headline"`
-	Config            kfRunConfig     `json:"config"`
+	Ranks             []int              `json:"ranks"`
+	Events            []int              `json:"events"`
+	Steps             []kfStepSpan       `json:"steps"`
+	Clock             []kfClock          `json:"clock"`
+	Rhythm            *kfRhythm          `json:"rhythm"`
+	Analysed          []int64            `json:"analysed"`
+	StepReports       []*kair.Report     `json:"step_reports"`
+	StragglerOutliers []kair.Instance    `json:"straggler_outliers"`
+	Causes            []kfCause          `json:"causes"`
+	Impact            *kair.Impact       `json:"impact,omitempty"`
+	LeftOut           []kair.LeftOutRank `json:"left_out,omitempty"`
+	Verdict           string             `json:"verdict"`
+	Headline          string             `json:"headline"`
+	Config            kfRunConfig        `json:"config"`
 }
 
 type kfTLEvent struct {
@@ -451,7 +453,10 @@ func kairWorld(big bool) map[string]*kfJob {
 			},
 			StragglerOutliers: kfOutliers(op1, false),
 			Causes:            []kfCause{{RootCause: op1, Steps: 2}, {RootCause: edge, Steps: 1}},
-			Verdict:           "culprit",
+			Impact: &kair.Impact{Rank: 2, Causes: []int{0}, ExcessNS: 14_200_000, HeldNS: 15_100_000, HeldSteps: 2, HeldMaxNS: 16_000_000,
+				ExplainedNS: 14_200_000, OtherRank: -1, StepNS: 118_000_000, Checked: true, Material: true},
+			LeftOut: []kair.LeftOutRank{{Rank: 7, FirstStep: 250, LastStep: 254, Steps: 5}},
+			Verdict: "culprit",
 			Headline: "Rank 2 is the straggler (Stage 1). In 2 of 3 analysed steps its aten::index_select#3 runs abnormally long (a_i 14.2) " +
 				"and the other ranks wait for it at nccl:all_reduce; in step 242 its all-reduce starts late after cudaStreamSynchronize (a dependency edge).",
 			Config: kfRunCfg(32)}

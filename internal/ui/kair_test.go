@@ -288,6 +288,14 @@ func TestBrowserKair(t *testing.T) {
 		if got := p.str(`document.querySelector('#kair .kr-headline').dataset.verdict`); got != "culprit" {
 			t.Errorf("verdict %q", got)
 		}
+		// Issue 16: what the culprit explains of the wait for its rank, and
+		// the rank left out for sharing no step.
+		if got := p.text("#kair .kr-impact"); !strings.Contains(got, "The other ranks waited 15.1 ms per step for rank 2; the cause accounts for 14.2 ms of it, 12% of the median step") {
+			t.Errorf("impact line %q", got)
+		}
+		if got := p.text("#kair .kr-left-out"); !strings.Contains(got, "rank 7 (steps 250–254)") {
+			t.Errorf("left-out line %q", got)
+		}
 		// Capture list: both captures, the default (newest with uploads) selected.
 		if n := p.count("#kair tr.kr-cap"); n != 2 {
 			t.Errorf("%d capture rows, want 2", n)

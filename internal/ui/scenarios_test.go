@@ -62,6 +62,8 @@ const (
 	limitedResidual = 3 // the rank whose spans do not close
 	limitedSilent   = 7 // the rank that never reports in telemetry-limited
 	pp1Late         = 6 // the rank that sends late in role-groups' pp1
+	restartOnset    = 50
+	restartRank     = 2 // restarted's first-launch straggler
 )
 
 var scenarios = []scenario{
@@ -100,6 +102,7 @@ var scenarios = []scenario{
 			})}, nil)},
 	{id: "role-groups", name: "pipeline-parallel ×8 (two stages)", build: roleGroupsJob},
 	{id: "telemetry-limited", name: "resnet50, lossy telemetry", build: telemetryLimitedJob},
+	{id: "restarted", name: "llama3-8b, restarted from a checkpoint", build: restartedJob},
 	{id: "few-steps", name: "smoke test, 4 steps",
 		build: ddpJob("few-steps", "smoke test, 4 steps", sim.DDP{Ranks: 4, Steps: 4, Seed: 9, Extra: sim.After(0, 2, sim.Data, 80)}, nil)},
 }
@@ -136,6 +139,30 @@ func roleGroupsJob() (*signal.Job, []stagevec.Vector) {
 		out = append(out, w)
 	}
 	return job, out
+}
+
+// restartedJob was launched twice: the first launch (steps 0–99) had a
+// data straggler on rank 2 from step 50 and was killed; the restart
+// resumed from the checkpoint at step 60 and runs healthy to step 159.
+// Its vectors are stored as the store keeps them, at ordinal steps
+// (stagevec.Ordinal), and its registration describes both launches.
+func restartedJob() (*signal.Job, []stagevec.Vector) {
+	first := sim.DDP{Ranks: 4, Steps: 100, Seed: 31, Extra: sim.WithWarmup(sim.After(restartOnset, restartRank, sim.Data, 80))}
+	again := sim.DDP{Ranks: 4, Steps: 160, Seed: 32, Extra: sim.WithWarmup(nil)}
+	j := first.Job("restarted")
+	j.Name, j.Created = "llama3-8b, restarted from a checkpoint", created
+	j.Incarnations = []signal.Incarnation{
+		{N: 0, Opened: created, Reason: signal.IncFirst},
+		{N: 1, Opened: created.Add(time.Hour), Reason: signal.IncRestart, Detail: "rank 0 registered from a new process (node-000/4711/1)"},
+	}
+	out := first.Vectors()
+	for _, v := range again.Vectors() {
+		if v.Step >= 60 {
+			v.Step = stagevec.Ordinal(1, v.Step)
+			out = append(out, v)
+		}
+	}
+	return j, out
 }
 
 // telemetryLimitedJob has a clear data straggler, but one rank misses
@@ -206,6 +233,34 @@ func (m *multiSource) LastSteps(id string, n int) (int64, int64, bool, error) {
 		return 0, 0, false, err
 	}
 	return s.LastSteps(id, n)
+}
+
+// StepSpan and LastStepsIn make multiSource an analysis.OrdinalSource,
+// as the store is: reports read one incarnation through a view.
+func (m *multiSource) StepSpan(id string, lo, hi int64) (first, last int64, ok bool, err error) {
+	err = m.Scan(id, lo, hi, func(v *stagevec.Vector) error {
+		if !ok {
+			first, ok = v.Step, true
+		}
+		last = v.Step
+		return nil
+	})
+	return first, last, ok, err
+}
+
+func (m *multiSource) LastStepsIn(id string, lo, hi int64, n int) (from, to int64, got int, err error) {
+	var steps []int64
+	err = m.Scan(id, lo, hi, func(v *stagevec.Vector) error {
+		if len(steps) == 0 || steps[len(steps)-1] != v.Step {
+			steps = append(steps, v.Step)
+		}
+		return nil
+	})
+	if err != nil || len(steps) == 0 || n < 1 {
+		return 0, 0, 0, err
+	}
+	got = min(n, len(steps))
+	return steps[len(steps)-got], steps[len(steps)-1], got, nil
 }
 
 // List implements detect.Jobs.
@@ -279,8 +334,13 @@ func buildWorld() (*world, error) {
 	det.EvaluateOnce(ctx)
 	for _, id := range w.src.ids {
 		job, _ := w.src.Job(id)
-		st, _ := w.src.Stats(id)
-		v := api.JobView{Job: job, FirstStep: st.FirstStep, LastStep: st.LastStep, Vectors: st.Vectors}
+		// The newest launch's steps, as the API's job view shows them.
+		newest, _, err := analysis.View(w.src, job, analysis.IncNewest)
+		if err != nil {
+			return nil, err
+		}
+		st, _ := newest.Stats(id)
+		v := api.JobView{Job: job.Public(), Incarnation: job.Current(), FirstStep: st.FirstStep, LastStep: st.LastStep, Vectors: st.Vectors}
 		if d, ok := det.Latest(id); ok {
 			s := d.(*detect.Summary)
 			s.EvaluatedAt = created.Add(6 * time.Hour)

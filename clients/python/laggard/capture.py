@@ -3,8 +3,10 @@
 The server publishes a capture plan; this rank records `steps` sampled
 training steps with torch.profiler and uploads the Chrome trace:
 
-* shipper thread: polls GET …/captures/pending?rank=R every ~poll_s
-  (jittered). Every answer is also a clock heartbeat: (c_send, s_recv,
+* shipper thread: polls GET …/captures/pending?rank=R&step=S every ~poll_s
+  (jittered), S the step this rank last began: the server starts a plan a
+  margin (~10 s of steps) past the newest step its ranks reported, so every
+  rank has the plan before its start step. Every answer is also a clock heartbeat: (c_send, s_recv,
   s_send, c_recv), client times from time.time_ns() — the clock torch's
   profiler stamps its trace with — and the last 16 ride on the upload
   (X-Laggard-Clock) for NTP-style alignment (KAIR Feature 4). Three 404s
@@ -15,8 +17,11 @@ training steps with torch.profiler and uploads the Chrome trace:
   with S the training step, so the trace's step numbers are the job's. With
   every == 1 one profiler session spans all sampled steps; with every > 1
   each sampled step is its own session (only sampled steps are recorded)
-  and the sessions are merged on one time base before upload. When nothing
-  is pending, a step boundary costs two attribute reads.
+  and the sessions are merged on one time base before upload. A plan that
+  reaches a rank after its start step (a poll delayed past the margin)
+  starts at the rank's next step on the grid: the server then compares
+  the steps the ranks share and says who recorded others. When nothing is
+  pending, a step boundary costs an attribute write and two reads.
 * at the end of each session the training thread stops the profiler and
   exports its trace into a bounded directory (LAGGARD_CAPTURE_DIR, 512 MiB
   for all files there); this is the one real cost of a capture (measured in
@@ -159,6 +164,10 @@ class Capturer:
         # Shipper thread -> training thread: a parsed plan waiting for its
         # start step (one attribute store: atomic under the GIL).
         self.plan = None
+        # Training thread -> shipper thread: the step last begun, sent with
+        # each poll so the server starts a plan at a step every rank will
+        # reach (issue 16 item 7b). -1 before the first step.
+        self.step_seen = -1
         self.recording = False
         self.next_poll = 0.0
         self.poll_dead = False
@@ -233,7 +242,7 @@ class Capturer:
         """One poll (and heartbeat). Never raises."""
         self.polls += 1
         try:
-            cap, hb = self._sink.poll_capture(self.rank)
+            cap, hb = self._sink.poll_capture(self.rank, self.step_seen)
         except ShipError as e:
             self.poll_errors += 1
             if e.status == 404:
@@ -294,6 +303,7 @@ class Capturer:
     # --- training thread -------------------------------------------------------
     def begin(self, step):
         """At a step's start (Perf._begin_step). Never raises."""
+        self.step_seen = step
         try:
             cur = self._cur
             if cur is not None:
@@ -579,6 +589,10 @@ class Capturer:
         self._forked = True
         self._closed = True
         self.plan = None
+        # Training thread -> shipper thread: the step last begun, sent with
+        # each poll so the server starts a plan at a step every rank will
+        # reach (issue 16 item 7b). -1 before the first step.
+        self.step_seen = -1
         self.recording = False
         self._cur = self._prof = self._rf = None
         self._close_req = self._abandoned = False

@@ -368,13 +368,17 @@ class HTTPSink:
             c._timeout = timeout
         return c
 
-    def poll_capture(self, rank):
-        """GET …/captures/pending?rank=R (contracts C): (capture dict or None,
-        heartbeat (c_send, s_recv, s_send, c_recv) in ns or None). Client
-        times are time.time_ns(), the clock torch's profiler stamps traces
-        with."""
+    def poll_capture(self, rank, step=None):
+        """GET …/captures/pending?rank=R[&step=S] (contracts C): (capture dict
+        or None, heartbeat (c_send, s_recv, s_send, c_recv) in ns or None).
+        step is the training step the rank last began: the server starts the
+        next plan a margin past the ranks' steps. Client times are
+        time.time_ns(), the clock torch's profiler stamps traces with."""
         c_send = time.time_ns()
-        payload = self._request("GET", "%s/captures/pending?rank=%d%s" % (self._base, rank, self._inc_query()), None,
+        q = "rank=%d" % rank
+        if step is not None and step >= 0:
+            q += "&step=%d" % step
+        payload = self._request("GET", "%s/captures/pending?%s%s" % (self._base, q, self._inc_query()), None,
                                 "captures")
         c_recv = time.time_ns()
         if not payload or not payload.strip():

@@ -39,8 +39,9 @@ _COLL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/collectives(?:\?world=(\d+))?$"
 _VAL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation\?rank=(\d+)(?:&incarnation=(\d+))?$")
 _RES_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation/([^/?]+)/results(?:\?incarnation=(\d+))?$")
 # KAIR captures (contracts C).
-_CAP_PENDING = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/pending\?rank=(\d+)(?:&incarnation=(\d+))?$")
-_CAP_TRACE = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/([^/?]+)/traces\?rank=(\d+)(?:&incarnation=(\d+))?$")
+_CAP_PENDING = re.compile(
+    r"^/api/v1/jobs/([^/?]+)/captures/pending\?rank=(\d+)(?:&step=(?P<step>\d+))?(?:&incarnation=(?P<inc>\d+))?$")
+_CAP_TRACE = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/([^/?]+)/traces\?rank=(\d+)(?:&incarnation=(?P<inc>\d+))?$")
 # What the Go decoders know (internal/signal/job.go), for old=True.
 _JOB_FIELDS = {"id", "name", "world_size", "schema", "accumulation", "ranks", "groups", "labels", "run_id", "created"}
 _RANK_FIELDS = {"rank", "host", "local_rank", "role", "schema"}
@@ -116,6 +117,7 @@ class FakeServer:
         # (job, cid, rank): {"body": bytes (gunzipped), "headers": {lower: v}}.
         self.captures = {}
         self.traces = {}
+        self.poll_steps = {}  # (job, rank) -> steps the polls reported (KAIR start step)
         self.clock_skew_ns = 0  # added to the server's clock in heartbeats
         self._lock = threading.Lock()
         self._counts = {}
@@ -400,16 +402,20 @@ class FakeServer:
                 plan = plan(int(m.group(2)), k)
             return (200, {}, plan, 0) if plan else (204, {}, None, 0)
         m = _CAP_PENDING.match(path)
-        if m and m.group(3) is not None:
-            self.query_incarnations.append(("captures", int(m.group(3))))
+        if m and m.group("inc") is not None:
+            self.query_incarnations.append(("captures", int(m.group("inc"))))
         if m and method == "GET":
             recv = time.time_ns() + self.clock_skew_ns
+            if m.group("step") is not None:
+                self.poll_steps.setdefault((m.group(1), int(m.group(2))), []).append(int(m.group("step")))
             cap = self.captures.get(m.group(1))
             if callable(cap):
                 cap = cap(int(m.group(2)), k)
             return (200, {}, {"capture": cap, "server_recv_ns": recv,
                               "server_send_ns": time.time_ns() + self.clock_skew_ns}, 0)
         m = _CAP_TRACE.match(path)
+        if m and m.group("inc") is not None:
+            self.query_incarnations.append(("traces", int(m.group("inc"))))
         if m and method == "POST":
             import gzip
             raw = body["_bytes"]

@@ -70,8 +70,10 @@ class FakePollSink:
     def __init__(self, answers):
         self.answers = list(answers)
         self.posts = []
+        self.steps = []  # the step each poll reported
 
-    def poll_capture(self, rank):
+    def poll_capture(self, rank, step=None):
+        self.steps.append(step)
         a = self.answers.pop(0)
         if isinstance(a, Exception):
             raise a
@@ -119,6 +121,18 @@ class PollerTest(unittest.TestCase):
         self.assertEqual(len(hb), 16)
         self.assertEqual(hb[0], [4, 14, 15, 24])
         self.assertEqual(hb[-1], [19, 29, 30, 39])
+
+    def test_polls_report_the_step_last_begun(self):
+        # Issue 16 item 7b: the server picks a plan's start step from the
+        # steps the ranks report; begin() never waits on anything for it.
+        c = self.capturer([(None, None)] * 3)
+        c.poll()
+        c.begin(41)
+        c.poll()
+        c.begin(42)
+        c.begin(43)
+        c.poll()
+        self.assertEqual(c._sink.steps, [-1, 41, 43])
 
     def test_plan_picked_up_once_and_withdrawn(self):
         plan = {"id": "c1", "start_step": 10, "steps": 2, "every": 1, "state": "pending"}
@@ -688,13 +702,15 @@ class FixesNoTorchTest(unittest.TestCase):
         with mock.patch("laggard.sinks.time", clock):
             cap, hb = sink.poll_capture(0)
         self.assertIsNone(hb)
-        cap, hb = sink.poll_capture(0)
+        cap, hb = sink.poll_capture(0, 17)
         self.assertIsNotNone(hb)
+        sink.poll_capture(0, -1)  # no step yet: none sent
+        self.assertEqual(srv.poll_steps, {("j", 0): [17]})
         sink.close()
 
     def test_sink_without_clone_is_not_attached(self):
         class NoClone:
-            def poll_capture(self, rank):
+            def poll_capture(self, rank, step=None):
                 return None, None
         c = Capturer("job")
         self.assertFalse(c.attach(NoClone(), 0))

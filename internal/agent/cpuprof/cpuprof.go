@@ -57,6 +57,17 @@ type Config struct {
 	RankOf func(pid int) (rank int, ok bool)
 	// AllProcesses keeps every process's samples (Rank -1 unless Foreign).
 	AllProcesses bool
+	// Reveal says whether another process's samples on rank's CPUs may
+	// be shown to rank's job with their name and stacks (the rank's
+	// registrant could read that process itself). When it says no, or is
+	// nil, they become one opaque sample per rank and window: Foreign,
+	// PID 0, the single frame HiddenFrame — interference measured,
+	// nothing of the other process disclosed (docs/security.md).
+	Reveal func(rank, pid int) bool
+	// SampleSelf samples the agent's own process too (its samples on a
+	// rank's CPUs are shown as SelfFrame): the agent's cost is part of
+	// what a rank's core does. Off, the program skips the agent.
+	SampleSelf bool
 	// MaxStacks sizes the in-kernel aggregation maps (default 16384);
 	// overflow is counted in Batch.Dropped.
 	MaxStacks int
@@ -163,6 +174,8 @@ type Profiler struct {
 	state    *tracker
 	ksyms    *kallsyms
 	winStart time.Time
+	self     int         // the agent's pid
+	selfExe  os.FileInfo // its executable (nil: unknown)
 }
 
 // Stats slots (bpf/cpuprof.c enum).
@@ -210,10 +223,18 @@ func New(cfg Config) (*Profiler, error) {
 	if cfg.Ratio < 1 {
 		thr = uint32(cfg.Ratio * math.MaxUint32)
 	}
-	c := cpuprofConfig{Threshold: thr, Mode: uint32(cfg.Mode), SelfTgid: uint32(os.Getpid())}
+	self := uint32(os.Getpid())
+	if cfg.SampleSelf {
+		self = 0 // pid 0 (idle) is skipped anyway
+	}
+	c := cpuprofConfig{Threshold: thr, Mode: uint32(cfg.Mode), SelfTgid: self}
 	if err := p.objs.Cfg.Put(uint32(0), c); err != nil {
 		p.objs.Close()
 		return nil, fmt.Errorf("cpuprof: writing config: %w", err)
+	}
+	p.self = os.Getpid()
+	if fi, err := os.Stat("/proc/self/exe"); err == nil {
+		p.selfExe = fi
 	}
 	p.ksyms = loadKallsyms(cfg.Log)
 	p.state = newTracker(p)

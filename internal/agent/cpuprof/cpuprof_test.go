@@ -329,7 +329,9 @@ func TestForeignSamples(t *testing.T) {
 			t.Skipf("cannot pin to cpu 0: %v", err)
 		}
 	}
-	batches, _ := profile(t, Config{Hz: 199, Ratio: 1, Interval: 700 * time.Millisecond}, rank.Process.Pid, 2500*time.Millisecond)
+	// The rank's registrant may read the hog (Reveal): its stacks are kept.
+	reveal := func(int, int) bool { return true }
+	batches, _ := profile(t, Config{Hz: 199, Ratio: 1, Interval: 700 * time.Millisecond, Reveal: reveal}, rank.Process.Pid, 2500*time.Millisecond)
 	var own, foreign int64
 	for _, b := range batches {
 		for _, s := range b.Samples {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -212,6 +213,8 @@ type builder struct {
 	threads  map[[2]int]string
 	samples  map[sampleKey]int
 	rankOf   map[int]rankAns
+	revealed map[[2]int]bool
+	laggard  map[int]bool
 	ustacks  map[uint64]*cpuprofUstack
 	kstacks  map[int32][]uint64
 	pyFrames int64
@@ -227,13 +230,66 @@ type sampleKey struct {
 	foreign        bool
 	kstack         int32
 	uhash          uint64
+	opaque         string // the frame of an opaque sample
+}
+
+// share deals one CPU's foreign samples to the ranks that ran on it in
+// proportion to their own samples there: each entry's count is split by
+// floor, and the remainders go round by smooth weighted round robin, so
+// the split is deterministic and exact to ±1 per rank over the window.
+type share struct {
+	ranks []int // ascending
+	w     []uint64
+	cur   []int64
+	total uint64
+}
+
+type rankCount struct {
+	rank int
+	n    int64
+}
+
+func newShare(rs map[int]uint64) *share {
+	s := &share{}
+	for r := range rs {
+		s.ranks = append(s.ranks, r)
+	}
+	slices.Sort(s.ranks)
+	for _, r := range s.ranks {
+		s.w = append(s.w, rs[r])
+		s.total += rs[r]
+	}
+	s.cur = make([]int64, len(s.ranks))
+	return s
+}
+
+func (s *share) take(n uint64) []rankCount {
+	out := make([]rankCount, len(s.ranks))
+	var given uint64
+	for i, r := range s.ranks {
+		q := n * s.w[i] / s.total // w ≤ total, n small: no overflow in practice
+		out[i] = rankCount{r, int64(q)}
+		given += q
+	}
+	for ; given < n; given++ {
+		best := 0
+		for i := range s.cur {
+			s.cur[i] += int64(s.w[i])
+			if s.cur[i] > s.cur[best] {
+				best = i
+			}
+		}
+		s.cur[best] -= int64(s.total)
+		out[best].n++
+	}
+	return slices.DeleteFunc(out, func(c rankCount) bool { return c.n == 0 })
 }
 
 func (p *Profiler) build(entries []rawEntry, ustacks map[uint64]*cpuprofUstack, kstacks map[int32][]uint64) *stack.Batch {
 	bd := &builder{p: p, b: &stack.Batch{Hz: p.cfg.Hz, Ratio: p.cfg.Ratio, Samples: []stack.Sample{}},
 		mapIdx: map[mapKey]int32{}, shared: map[frameKey][]stack.Frame{}, sharedTr: map[frameKey]bool{}, procs: map[int]*procState{}, mems: map[int]*procMem{},
 		pyNames: map[[2]uint64]pyName{}, comms: map[int]string{}, threads: map[[2]int]string{},
-		samples: map[sampleKey]int{}, rankOf: map[int]rankAns{}, ustacks: ustacks, kstacks: kstacks}
+		samples: map[sampleKey]int{}, rankOf: map[int]rankAns{}, revealed: map[[2]int]bool{}, laggard: map[int]bool{}, ustacks: ustacks, kstacks: kstacks}
 	defer func() {
 		for _, m := range bd.mems {
 			if m != nil {
@@ -241,8 +297,12 @@ func (p *Profiler) build(entries []rawEntry, ustacks map[uint64]*cpuprofUstack, 
 			}
 		}
 	}()
-	// Which rank ran on which CPU this window: the rank with the most
-	// samples there (Foreign attribution).
+	// Which ranks ran on which CPU this window, and how much: another
+	// process's samples on that CPU are dealt to them in proportion
+	// (Foreign attribution). Every rank sharing the core then sees the
+	// same share of interference; giving it all to the busiest rank made
+	// one of the ranks sharing a core look hit and the others not (issue
+	// 16 item 8b).
 	perCPU := map[uint32]map[int]uint64{}
 	for _, e := range entries {
 		if a := bd.rank(int(e.k.Pid)); a.ok {
@@ -252,54 +312,105 @@ func (p *Profiler) build(entries []rawEntry, ustacks map[uint64]*cpuprofUstack, 
 			perCPU[e.k.Cpu][a.rank] += e.n
 		}
 	}
-	cpuRank := map[uint32]int{}
+	shares := make(map[uint32]*share, len(perCPU))
 	for cpu, rs := range perCPU {
-		best, bestN := -1, uint64(0)
-		for r, n := range rs {
-			if n > bestN || n == bestN && r < best {
-				best, bestN = r, n
-			}
-		}
-		cpuRank[cpu] = best
+		shares[cpu] = newShare(rs)
 	}
 	for _, e := range entries {
 		pid := int(e.k.Pid)
-		a := bd.rank(pid)
-		rank, foreign := -1, false
-		switch {
-		case a.ok:
-			rank = a.rank
-		default:
-			if r, ok := cpuRank[e.k.Cpu]; ok {
-				rank, foreign = r, true
-			} else if !p.cfg.AllProcesses {
-				continue
-			}
-		}
-		sk := sampleKey{rank, pid, int(e.k.Tid), foreign, e.k.Kstack, e.k.Uhash}
-		if i, ok := bd.samples[sk]; ok {
-			bd.b.Samples[i].Count += int64(e.n)
+		if a := bd.rank(pid); a.ok {
+			bd.sample(e, a.rank, false, int64(e.n))
 			continue
 		}
-		s := stack.Sample{Rank: rank, PID: pid, TID: int(e.k.Tid), Foreign: foreign, Count: int64(e.n)}
-		s.Thread = cstr(e.k.Comm[:])
-		s.Comm = bd.comm(pid, s.Thread)
-		// Threads of a process share identical stacks' frames (read-only).
-		fk := frameKey{pid, e.k.Kstack, e.k.Uhash}
-		if fr, ok := bd.shared[fk]; ok {
-			s.Frames, s.Truncated = fr, bd.sharedTr[fk]
-		} else {
-			bd.frames(&s, e.k)
-			if len(s.Frames) == 0 {
-				s.Frames = []stack.Frame{{Kind: stack.Symbol, Mapping: -1, Func: "[unknown]"}}
+		sh := shares[e.k.Cpu]
+		if sh == nil {
+			if p.cfg.AllProcesses {
+				bd.sample(e, -1, false, int64(e.n))
 			}
-			bd.shared[fk], bd.sharedTr[fk] = s.Frames, s.Truncated
+			continue
 		}
-		bd.samples[sk] = len(bd.b.Samples)
-		bd.b.Samples = append(bd.b.Samples, s)
+		for _, part := range sh.take(e.n) {
+			switch {
+			case bd.isLaggard(pid):
+				bd.opaque(part.rank, stack.SelfFrame, part.n)
+			case bd.reveal(part.rank, pid):
+				bd.sample(e, part.rank, true, part.n)
+			default:
+				bd.opaque(part.rank, stack.HiddenFrame, part.n)
+			}
+		}
 	}
 	bd.b.Unwind.PythonFrames = bd.pyFrames
 	return bd.b
+}
+
+// sample adds n of entry e's samples as rank's (foreign: another
+// process's on rank's CPU, shown with its name and stacks).
+func (bd *builder) sample(e rawEntry, rank int, foreign bool, n int64) {
+	pid := int(e.k.Pid)
+	sk := sampleKey{rank: rank, pid: pid, tid: int(e.k.Tid), foreign: foreign, kstack: e.k.Kstack, uhash: e.k.Uhash}
+	if i, ok := bd.samples[sk]; ok {
+		bd.b.Samples[i].Count += n
+		return
+	}
+	s := stack.Sample{Rank: rank, PID: pid, TID: int(e.k.Tid), Foreign: foreign, Count: n}
+	s.Thread = cstr(e.k.Comm[:])
+	s.Comm = bd.comm(pid, s.Thread)
+	// Threads of a process share identical stacks' frames (read-only).
+	fk := frameKey{pid, e.k.Kstack, e.k.Uhash}
+	if fr, ok := bd.shared[fk]; ok {
+		s.Frames, s.Truncated = fr, bd.sharedTr[fk]
+	} else {
+		bd.frames(&s, e.k)
+		if len(s.Frames) == 0 {
+			s.Frames = []stack.Frame{{Kind: stack.Symbol, Mapping: -1, Func: "[unknown]"}}
+		}
+		bd.shared[fk], bd.sharedTr[fk] = s.Frames, s.Truncated
+	}
+	bd.samples[sk] = len(bd.b.Samples)
+	bd.b.Samples = append(bd.b.Samples, s)
+}
+
+// opaque adds n samples of another process to rank's one opaque sample
+// named frame (stack.HiddenFrame, stack.SelfFrame): no pid, name or
+// stack of the process leaves the agent, nothing of it is read.
+func (bd *builder) opaque(rank int, frame string, n int64) {
+	sk := sampleKey{rank: rank, foreign: true, opaque: frame}
+	if i, ok := bd.samples[sk]; ok {
+		bd.b.Samples[i].Count += n
+		return
+	}
+	bd.samples[sk] = len(bd.b.Samples)
+	bd.b.Samples = append(bd.b.Samples, stack.Sample{Rank: rank, Foreign: true, Count: n,
+		Frames: []stack.Frame{{Kind: stack.Symbol, Mapping: -1, Func: frame}}})
+}
+
+// reveal asks Config.Reveal once per (rank, pid) and window; without it
+// nothing of another process is revealed.
+func (bd *builder) reveal(rank, pid int) bool {
+	k := [2]int{rank, pid}
+	if v, ok := bd.revealed[k]; ok {
+		return v
+	}
+	v := bd.p.cfg.Reveal != nil && bd.p.cfg.Reveal(rank, pid)
+	bd.revealed[k] = v
+	return v
+}
+
+// isLaggard: pid is the agent itself, or runs the agent's executable (a
+// laggard server or second agent on this node).
+func (bd *builder) isLaggard(pid int) bool {
+	if v, ok := bd.laggard[pid]; ok {
+		return v
+	}
+	v := pid == bd.p.self
+	if !v && bd.p.selfExe != nil {
+		if fi, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+			v = os.SameFile(fi, bd.p.selfExe)
+		}
+	}
+	bd.laggard[pid] = v
+	return v
 }
 
 func (bd *builder) rank(pid int) rankAns {

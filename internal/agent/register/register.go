@@ -75,6 +75,21 @@ type Registration struct {
 	LocalRank int               `json:"local_rank"`
 	Comms     []collective.Comm `json:"comms,omitempty"`
 	Host      string            `json:"host,omitempty"`
+	// Cred is who registered the process, from the socket (SO_PEERCRED),
+	// never from what the client says: what the job may be shown of
+	// other processes, and which files may be uploaded for it, is decided
+	// with these credentials, not the agent's (docs/security.md).
+	Cred Cred `json:"-"`
+}
+
+// Cred is a registrant's identity as the kernel reports it.
+type Cred struct {
+	UID, GID uint32
+	// Groups are the registrant's supplementary groups (/proc/<pid>/status
+	// at registration).
+	Groups []uint32
+	// PidNS is the inode of the registrant's pid namespace (0 unknown).
+	PidNS uint64
 }
 
 // Server accepts registrations. Create it with Listen.
@@ -354,6 +369,7 @@ func (s *Server) handle(c *net.UnixConn, id uint64, pc cred) {
 		}
 		if err == nil {
 			st, _ := s.readStart(reg.PID)
+			reg.Cred = s.credOf(pc)
 			s.regs[reg.PID] = &entry{reg: reg, uid: pc.uid, start: st, conn: id}
 			clear(s.tgid)
 		}
@@ -374,19 +390,41 @@ func (s *Server) handle(c *net.UnixConn, id uint64, pc cred) {
 	}
 }
 
-// claimable refuses a registration of a (job, rank) that another uid's
-// live process holds, so one local user cannot poison another user's
-// job (its stacks, OS points and GPU attribution). s.mu is held.
+// claimable refuses a registration of a job that another uid's live
+// process holds on this node (any of its ranks), so one local user can
+// neither poison another user's job (its stacks, OS points and GPU
+// attribution) nor take a rank of it and be shown what runs on that
+// rank's cores. s.mu is held.
 func (s *Server) claimable(reg Registration, uid uint32) error {
 	for pid, e := range s.regs {
-		if pid == reg.PID || e.uid == uid || e.reg.Job != reg.Job || e.reg.Rank != reg.Rank {
+		if pid == reg.PID || e.uid == uid || e.reg.Job != reg.Job {
 			continue
 		}
 		if e.goneAt.IsZero() || s.alive(pid) {
-			return fmt.Errorf("job %q rank %d: held by pid %d of another user", reg.Job, reg.Rank, pid)
+			if e.reg.Rank == reg.Rank {
+				return fmt.Errorf("job %q rank %d: held by pid %d of another user", reg.Job, reg.Rank, pid)
+			}
+			return fmt.Errorf("job %q: registered on this node by another user (pid %d, rank %d)", reg.Job, pid, e.reg.Rank)
 		}
 	}
 	return nil
+}
+
+// credOf completes a peer's credentials for its registration: its
+// supplementary groups and pid namespace, read from /proc.
+func (s *Server) credOf(pc cred) Cred {
+	c := Cred{UID: pc.uid, GID: pc.gid}
+	for _, f := range s.readStatusField(pc.pid, "Groups") {
+		if g, err := strconv.ParseUint(f, 10, 32); err == nil {
+			c.Groups = append(c.Groups, uint32(g))
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(s.proc, strconv.Itoa(pc.pid), "ns", "pid")); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			c.PidNS = st.Ino
+		}
+	}
+	return c
 }
 
 func (s *Server) alive(pid int) bool {
@@ -653,6 +691,7 @@ func Decode(line []byte) (Registration, error) {
 type cred struct {
 	pid int // thread-group id in the agent's pid namespace
 	uid uint32
+	gid uint32
 }
 
 // peerCred reads SO_PEERCRED: the peer's process (thread-group) id as
@@ -677,5 +716,5 @@ func peerCred(c *net.UnixConn) (cred, error) {
 	if uc.Pid <= 0 {
 		return cred{}, errors.New("peer has no pid in this namespace")
 	}
-	return cred{pid: int(uc.Pid), uid: uc.Uid}, nil
+	return cred{pid: int(uc.Pid), uid: uc.Uid, gid: uc.Gid}, nil
 }

@@ -238,7 +238,9 @@ func TestPerUIDConnectionCap(t *testing.T) {
 }
 
 // TestJobRankOfAnotherUserRefused (review finding 7): a registration of a
-// (job, rank) that another uid's live process holds is refused.
+// (job, rank) that another uid's live process holds is refused — and of
+// any rank of a job another uid holds on this node (issue 16 item 10: a
+// rank taken in someone else's job would inject stacks into it).
 func TestJobRankOfAnotherUserRefused(t *testing.T) {
 	var mu sync.Mutex
 	uid := uint32(1000)
@@ -262,8 +264,12 @@ func TestJobRankOfAnotherUserRefused(t *testing.T) {
 		t.Fatalf("uid 1001 claiming uid 1000's rank: %+v", a)
 	}
 	c, r = dial(t, path)
-	if a := send(t, c, r, fmt.Sprintf(`{"v":1,"pid":%d,"job":"j","rank":1,"world":2}`, os.Getpid())); !a.OK {
-		t.Fatalf("a free rank refused: %+v", a)
+	if a := send(t, c, r, fmt.Sprintf(`{"v":1,"pid":%d,"job":"j","rank":1,"world":2}`, os.Getpid())); a.OK || !strings.Contains(a.Error, "another user") {
+		t.Fatalf("a free rank of another user's job: %+v", a)
+	}
+	c, r = dial(t, path)
+	if a := send(t, c, r, fmt.Sprintf(`{"v":1,"pid":%d,"job":"k","rank":1,"world":2}`, os.Getpid())); !a.OK {
+		t.Fatalf("uid 1001's own job refused: %+v", a)
 	}
 	mu.Lock()
 	uid = 1000

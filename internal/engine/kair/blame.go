@@ -34,6 +34,7 @@ func Analyze(traces []optrace.Trace, step int64, cfg Config) (*Report, error) {
 	}
 	rep.RootCauses = d.blame(flagged, cfg)
 	rep.SpanNS, rep.CommNS = d.spanAndComm()
+	rep.Held, rep.Joined = d.holds()
 	return rep, nil
 }
 

@@ -289,3 +289,93 @@ func (d *dag) collectives() {
 		}
 	}
 }
+
+// holds is Report.Held and Report.Joined: for every collective instance
+// joining ≥ 2 ranks, the member with the shortest recorded duration
+// arrived last (every member leaves together, so the others' extra time
+// is their wait for it) and held the group by the gap to the second
+// shortest; every member arrived later than the median member by the gap
+// between its duration and the median's (LateNS: seen even when a later
+// rank masks it). Per rank, the sums over one op's instances, for the op
+// where the hold (then the lateness) is largest — the blocking one: an
+// asynchronous enqueue such as c10d::allreduce_ holds nobody, and its
+// worker's gloo:all_reduce is the same collective, so the two are not
+// added.
+func (d *dag) holds() ([]Hold, bool) {
+	members := make([][]int32, len(d.collLast))
+	for k := range d.nodes {
+		if c := d.nodes[k].coll; c >= 0 {
+			members[c] = append(members[c], int32(k))
+		}
+	}
+	type rk struct {
+		rank int
+		op   string
+	}
+	sum := map[rk]*Hold{}
+	joined := false
+	type member struct {
+		rank int
+		dur  int64
+	}
+	var ms []member
+	for _, m := range members {
+		// One duration per rank, its shortest (a malformed trace may put
+		// one rank twice in an instance).
+		ms = ms[:0]
+		for _, k := range m {
+			nd := &d.nodes[k]
+			if j := slices.IndexFunc(ms, func(x member) bool { return x.rank == nd.rank }); j >= 0 {
+				ms[j].dur = min(ms[j].dur, nd.ev.DurNS)
+				continue
+			}
+			ms = append(ms, member{nd.rank, nd.ev.DurNS})
+		}
+		if len(ms) < 2 {
+			continue
+		}
+		joined = true
+		slices.SortFunc(ms, func(a, b member) int { return cmp.Or(cmp.Compare(a.dur, b.dur), cmp.Compare(a.rank, b.rank)) })
+		med := ms[len(ms)/2].dur
+		if len(ms)%2 == 0 {
+			med = (ms[len(ms)/2-1].dur + med) / 2
+		}
+		name := d.nodes[m[0]].ev.Name
+		for i, x := range ms {
+			late := med - x.dur
+			gap := int64(0)
+			if i == 0 {
+				gap = ms[1].dur - x.dur
+			}
+			if late <= 0 && gap <= 0 {
+				continue
+			}
+			key := rk{x.rank, name}
+			h := sum[key]
+			if h == nil {
+				h = &Hold{Rank: x.rank, Op: name}
+				sum[key] = h
+			}
+			if gap > 0 {
+				h.NS = min(h.NS+gap, optrace.MaxDurNS)
+				h.Instances++
+			}
+			h.LateNS = min(h.LateNS+max(late, 0), optrace.MaxDurNS)
+		}
+	}
+	best := map[int]Hold{}
+	for _, h := range sum {
+		b, ok := best[h.Rank]
+		if !ok || cmp.Or(cmp.Compare(h.NS, b.NS), cmp.Compare(h.LateNS, b.LateNS), cmp.Compare(b.Op, h.Op)) > 0 {
+			best[h.Rank] = *h
+		}
+	}
+	out := make([]Hold, 0, len(best))
+	for _, h := range best {
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b Hold) int {
+		return cmp.Or(cmp.Compare(b.NS, a.NS), cmp.Compare(b.LateNS, a.LateNS), cmp.Compare(a.Rank, b.Rank))
+	})
+	return out, joined
+}

@@ -36,6 +36,8 @@
 //	3              3-sigma rule                Config.ZThreshold
 //	O_{i-1}        direct predecessor          the DAG predecessor that ends last (gating predecessor)
 //	(impact)       time a cause cost           RootCause.ExcessNS, Cause.ExcessNS (ranks causes)
+//	(wait)         others waiting for a rank   Report.Held (marginal last-arrival gap at collectives);
+//	                                           TraceReport.Impact (what the verdict's cause explains)
 //
 // Why not the paper's population z verbatim: with N ranks the largest
 // population z any one member can reach is sqrt(N−1) (stats.PopulationZ),
@@ -79,10 +81,16 @@
 // it on the step's thread is an edge from StepStart.
 //
 // Run verdict: culprit when the top aggregated cause is actionable (op or
-// edge), appears in at least half the analysed steps and costs at least
-// 2× the runner-up's excess; none when no analysed step has a late or
-// slow outlier; otherwise inconclusive, naming the competing candidates.
-// The headline also gives the culprit's share of the median step and,
+// edge), costs at least min_share (10%) of the median step, appears in at
+// least half the analysed steps, costs at least 2× the runner-up's excess
+// and the other ranks waited for that time at their collectives
+// (impact.go: per step min(excess, the wait for its rank, Report.Held),
+// typical over the steps ≥ min_share of the step and ≥ 2× the wait for
+// any other rank); culprit_rank when the candidates within 2× are all on
+// one rank; none when no analysed step has a late or slow outlier or the
+// top cause is immaterial; otherwise inconclusive, naming the competing
+// candidates or saying that nobody waited for the top one. The headline gives what the culprit
+// explains of the wait for its rank and of the median step and,
 // when one joined collective's work after its last arrival is ≥ 25% of
 // the step on every rank (Report.CommNS), says that this shared time is
 // invisible to cross-rank comparison (a slow link, congestion).
@@ -110,6 +118,7 @@
 //	thresholds                               config.go
 //	report (JSON)                            report.go
 //	pipeline, aggregation, verdict           run.go
+//	the wait a culprit must explain          impact.go, dag.go (holds)
 //	golden reports, hand-built step DAGs     testdata/*.golden.json, golden_test.go, helpers_test.go
 //	golden TraceReport, multi-step scenarios testdata/run_*.golden.json, run_golden_test.go,
 //	                                         run_helpers_test.go (simulateSteps)

@@ -94,6 +94,52 @@ type Report struct {
 	// slow link or congestion shows up here, not as an outlier.
 	SpanNS int64 `json:"span_ns"`
 	CommNS int64 `json:"comm_ns"`
+	// Held is, per rank the other ranks waited for at this step's joined
+	// collectives, how long they waited for it (Hold; largest first).
+	// Joined says whether any collective instance joined ≥ 2 ranks: only
+	// then is an empty Held evidence that nobody waited.
+	Held   []Hold `json:"held"`
+	Joined bool   `json:"joined"`
+}
+
+// Hold is the time the other members of a step's collectives waited for
+// one rank (a rank appears when NS or LateNS is positive): at each instance where the rank arrived last, the gap between
+// its arrival and the second-last one, summed over the instances of one
+// collective op (the op where the sum is largest: host and device views of
+// one collective are not added). The marginal gap is what the step would
+// have saved had this rank been on time — the others' own spread is not
+// counted — and it is measured from the members' recorded durations (the
+// last to arrive waits least), so no clock alignment is involved.
+type Hold struct {
+	Rank int    `json:"rank"`
+	NS   int64  `json:"ns"`
+	Op   string `json:"op"` // the collective op
+	// Instances is how many of Op's instances the rank arrived last at.
+	Instances int `json:"instances"`
+	// LateNS is how much later than the median member the rank arrived,
+	// summed over Op's instances: unlike NS it counts a rank that a later
+	// one masked (two stragglers).
+	LateNS int64 `json:"late_ns"`
+}
+
+// HeldNS is rank's hold in this step (0 when the others never waited
+// for it); LateNS its lateness against the median member.
+func (r *Report) HeldNS(rank int) int64 {
+	for _, h := range r.Held {
+		if h.Rank == rank {
+			return h.NS
+		}
+	}
+	return 0
+}
+
+func (r *Report) LateNS(rank int) int64 {
+	for _, h := range r.Held {
+		if h.Rank == rank {
+			return h.LateNS
+		}
+	}
+	return 0
 }
 
 // OutliersOf is the ranked outlier list within one rank (the straggler

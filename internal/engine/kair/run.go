@@ -118,7 +118,11 @@ type Cause struct {
 type TraceVerdict string
 
 const (
-	VerdictCulprit      TraceVerdict = "culprit"      // a consistent top root cause
+	VerdictCulprit TraceVerdict = "culprit" // a consistent top root cause
+	// VerdictRank: the top candidates compete (none costs 2× the others)
+	// but are all on one rank, so the rank is certain and the operator is
+	// one of Impact.Causes.
+	VerdictRank         TraceVerdict = "culprit_rank"
 	VerdictNone         TraceVerdict = "none"         // no outliers: nothing to blame
 	VerdictInconclusive TraceVerdict = "inconclusive" // too little or inconsistent evidence
 )
@@ -130,13 +134,27 @@ type StepSpan struct {
 	EndNS   []int64 `json:"end_ns"`
 }
 
+// LeftOutRank is a rank whose trace shares no step with the ranks Run
+// compared (it recorded other steps: the plan reached it late).
+type LeftOutRank struct {
+	Rank int `json:"rank"`
+	// FirstStep, LastStep and Steps are the steps it recorded (-1, -1, 0:
+	// none).
+	FirstStep int64 `json:"first_step"`
+	LastStep  int64 `json:"last_step"`
+	Steps     int   `json:"steps"`
+}
+
 // TraceReport is the result of Run.
 type TraceReport struct {
-	Ranks  []int           `json:"ranks"`
-	Events []int           `json:"events"` // per rank
-	Steps  []StepSpan      `json:"steps"`  // steps every rank has, ascending
-	Clock  []ClockEstimate `json:"clock"`
-	Rhythm *Rhythm         `json:"rhythm"`
+	// Ranks are the ranks compared; LeftOut those whose traces share no
+	// step with them (only when no step is common to every rank).
+	Ranks   []int           `json:"ranks"`
+	LeftOut []LeftOutRank   `json:"left_out,omitempty"`
+	Events  []int           `json:"events"` // per rank
+	Steps   []StepSpan      `json:"steps"`  // steps every rank has, ascending
+	Clock   []ClockEstimate `json:"clock"`
+	Rhythm  *Rhythm         `json:"rhythm"`
 	// Analysed are the steps Stages 2–3 ran on (ascending); -1 when the
 	// traces carry no step numbers and the capture was analysed whole.
 	Analysed    []int64   `json:"analysed"`
@@ -146,7 +164,11 @@ type TraceReport struct {
 	// unless Stage 1 named a straggler.
 	StragglerOutliers []Instance `json:"straggler_outliers"`
 	// Causes are ranked: steps desc, then score desc; ≤ 20.
-	Causes   []Cause      `json:"causes"`
+	Causes []Cause `json:"causes"`
+	// Impact is what the judged candidate(s) explain of the step time —
+	// the wait the other ranks spent on their rank; nil when no
+	// candidate was judged (no material, consistent, separated cause).
+	Impact   *Impact      `json:"impact,omitempty"`
 	Verdict  TraceVerdict `json:"verdict"`
 	Headline string       `json:"headline"`
 	Config   RunConfig    `json:"config"`
@@ -172,16 +194,29 @@ func Run(traces []optrace.Trace, hb map[int][]Heartbeat, cfg RunConfig) (*TraceR
 	}
 	work := slices.Clone(traces)
 	slices.SortFunc(work, func(a, b optrace.Trace) int { return cmp.Compare(a.Rank, b.Rank) })
+	var notes []string
+	var leftOut []LeftOutRank
+	if cfg.Steps == nil && len(commonSteps(work)) == 0 {
+		// No step every rank recorded (the plan reached them at different
+		// steps): compare the largest group of ranks that shares steps,
+		// and say who is left out, rather than nothing at all.
+		if keep, out := sharedRanks(work, cfg.Config.MinRanks); keep != nil {
+			work, leftOut = keep, out
+			notes = append(notes, leftOutNote(out, work))
+		}
+	}
 	n := len(work)
 	rep := &TraceReport{Ranks: make([]int, n), Events: make([]int, n), Steps: []StepSpan{},
 		Analysed: []int64{}, StepReports: []*Report{}, StragglerOutliers: []Instance{},
-		Causes: []Cause{}, Config: cfg}
+		Causes: []Cause{}, Config: cfg, LeftOut: leftOut}
 	for j := range work {
 		rep.Ranks[j], rep.Events[j] = work[j].Rank, len(work[j].Events)
 	}
-	var notes []string
-	rep.Clock, notes = alignTraces(work, hb, cfg.Align)
+	var clockNotes []string
+	rep.Clock, clockNotes = alignTraces(work, hb, cfg.Align)
+	notes = append(notes, clockNotes...)
 
+	notes = append(notes, stepOrderNotes(work)...)
 	steps := commonSteps(work)
 	rep.Steps = stepSpans(work, steps)
 	rh, err := Localize(work, cfg.Rhythm)
@@ -595,8 +630,10 @@ func describeCause(c *Cause) string {
 }
 
 // verdict decides the TraceVerdict and writes the headline. A culprit is
-// named only when the top cause is actionable and appears in at least
-// half the analysed steps; Stage 1 and Stage 3 disagreeing is said.
+// named only when the top cause is actionable, material, appears in at
+// least half the analysed steps, costs 2× any candidate on another rank
+// and the other ranks waited for its time (impact.go); candidates within
+// 2× on one rank name the rank. Stage 1 and Stage 3 disagreeing is said.
 func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, string) {
 	var parts []string
 	v := VerdictInconclusive
@@ -605,12 +642,9 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 	for _, r := range rep.StepReports {
 		outliers += len(r.Outliers)
 	}
-	var top, runner *Cause
+	var top *Cause
 	if len(rep.Causes) > 0 {
 		top = &rep.Causes[0]
-	}
-	if len(rep.Causes) > 1 && rep.Causes[1].Kind != KindInconclusive {
-		runner = &rep.Causes[1]
 	}
 	switch {
 	case len(rep.Ranks) < cfg.Config.MinRanks:
@@ -629,13 +663,79 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 		sp := medianStepSpan(rep.StepReports)
 		parts = append(parts, fmt.Sprintf("No material slowdown to blame: the largest deviation, %s, costs %s per step (%.1f%% of the median step, %s), below the %.0f%% a culprit must cost.",
 			describeCause(top), fmtNS(top.ExcessNS/int64(max(1, top.Steps))), 100*float64(top.ExcessNS)/float64(max(1, top.Steps))/float64(max(1, sp)), fmtNS(sp), 100*cfg.MinShare))
-	case top.Kind != KindInconclusive && 2*top.Steps >= na && (runner == nil || top.ExcessNS >= culpritSeparation*runner.ExcessNS):
-		v = VerdictCulprit
-		parts = append(parts, fmt.Sprintf("Culprit: %s — %s over peers in %d of %d analysed step(s), explaining %d flagged instance(s) (a = %.1f).",
-			describeCause(top), fmtNS(top.ExcessNS), top.Steps, na, top.Symptoms, top.Score))
 	case top.Kind != KindInconclusive && 2*top.Steps >= na:
-		parts = append(parts, fmt.Sprintf("Inconclusive: two candidates cost comparable time — %s (%s over peers in %d step(s)) and %s (%s in %d) — not %g× apart, so neither is named.",
-			describeCause(top), fmtNS(top.ExcessNS), top.Steps, describeCause(runner), fmtNS(runner.ExcessNS), runner.Steps, float64(culpritSeparation)))
+		// The candidates: the top cause and every actionable one within
+		// culpritSeparation of it. On different ranks they compete; on
+		// one rank, the rank is certain (issue 16 item 7c).
+		comp := []int{0}
+		for i := 1; i < len(rep.Causes); i++ {
+			if c := &rep.Causes[i]; c.Kind != KindInconclusive && top.ExcessNS < culpritSeparation*c.ExcessNS {
+				comp = append(comp, i)
+			}
+		}
+		var same, others []int
+		for _, i := range comp {
+			if rep.Causes[i].Rank == top.Rank {
+				same = append(same, i)
+			} else {
+				others = append(others, i)
+			}
+		}
+		im := impact(rep, same, cfg.MinShare)
+		// A candidate on another rank competes only if its rank arrived
+		// at the collectives about as late (6a): where arrivals were
+		// measured, one whose lateness explains under half of the top's is
+		// time its own rank lost, not the job. Lateness against the median
+		// member, not the marginal hold: a second straggler masked by a
+		// later one still competes.
+		var rival *Cause
+		var rim *Impact
+		for _, i := range others {
+			o := impact(rep, []int{i}, cfg.MinShare)
+			if !im.Checked || culpritSeparation*o.LateExplainedNS > im.LateExplainedNS {
+				rival, rim = &rep.Causes[i], o
+				break
+			}
+		}
+		if rival != nil {
+			parts = append(parts, fmt.Sprintf("Inconclusive: two candidates cost comparable time — %s (%s over peers in %d step(s)) and %s (%s in %d) — not %g× apart, so neither is named.",
+				describeCause(top), fmtNS(top.ExcessNS), top.Steps, describeCause(rival), fmtNS(rival.ExcessNS), rival.Steps, float64(culpritSeparation)))
+			if im.Checked {
+				parts = append(parts, fmt.Sprintf("At the collectives rank %d arrived %s per step after the median rank, rank %d %s.", im.Rank, fmtNS(im.LateNS), rim.Rank, fmtNS(rim.LateNS)))
+			}
+			break
+		}
+		comp = same
+		rep.Impact = im
+		what := describeCause(top)
+		if len(comp) > 1 {
+			var names []string
+			for _, i := range comp {
+				names = append(names, describeCause(&rep.Causes[i]))
+			}
+			what = fmt.Sprintf("rank %d's %d candidates (%s)", top.Rank, len(comp), strings.Join(names, "; "))
+		}
+		switch {
+		case !im.Material:
+			// A deviation its rank paid for is real, but what slowed the
+			// job is not shown: inconclusive, not "nothing to blame".
+			parts = append(parts, notExplained(im, na, what, cfg.MinShare))
+		case len(comp) == 1:
+			v = VerdictCulprit
+			parts = append(parts, fmt.Sprintf("Culprit: %s — %s over peers in %d of %d analysed step(s), explaining %d flagged instance(s) (a = %.1f).",
+				describeCause(top), fmtNS(top.ExcessNS), top.Steps, na, top.Symptoms, top.Score))
+			parts = append(parts, impactWords(im, na, "this cause accounts", cfg.MinShare))
+		default:
+			v = VerdictRank
+			var list []string
+			for k, i := range comp {
+				c := &rep.Causes[i]
+				list = append(list, fmt.Sprintf("(%d) %s — %s over peers in %d step(s)", k+1, describeCause(c), fmtNS(c.ExcessNS), c.Steps))
+			}
+			parts = append(parts, fmt.Sprintf("Culprit rank %d: its top %d candidates cost comparable time (none %g× another), so which one is not certain, but all are on rank %d: %s.",
+				top.Rank, len(comp), float64(culpritSeparation), top.Rank, strings.Join(list, "; ")))
+			parts = append(parts, impactWords(im, na, "together they account", cfg.MinShare))
+		}
 	default:
 		var lead *Cause
 		for i := range rep.Causes {
@@ -655,12 +755,6 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 			parts = append(parts, fmt.Sprintf("Inconclusive: every blame walk stopped at an operator it could not judge%s.", why))
 		}
 	}
-	if v == VerdictCulprit {
-		if sp := medianStepSpan(rep.StepReports); sp > 0 {
-			parts = append(parts, fmt.Sprintf("That is %s per step, %.0f%% of the median step (%s).",
-				fmtNS(top.ExcessNS/int64(max(1, top.Steps))), 100*float64(top.ExcessNS)/float64(max(1, top.Steps))/float64(sp), fmtNS(sp)))
-		}
-	}
 	if sp, cm := medianStepSpan(rep.StepReports), medianComm(rep.StepReports); sp > 0 && 4*cm >= sp {
 		parts = append(parts, fmt.Sprintf("Every rank also spends %s per step (%.0f%% of the step) in one collective after its last member arrived — time spent alike on all ranks, which cross-rank comparison cannot attribute; if it is longer than the data volume warrants, suspect the network (a slow link or congestion: Greyhound's link validation, Vedrfolnir).",
 			fmtNS(cm), 100*float64(cm)/float64(sp)))
@@ -668,14 +762,19 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 	rh := rep.Rhythm
 	switch {
 	case rh == nil:
-	case rh.Verdict == RhythmStraggler && v == VerdictCulprit &&
+	case rh.Verdict == RhythmStraggler && (v == VerdictCulprit || v == VerdictRank) &&
 		rh.Straggler != top.Rank && !(top.Kind == KindEdge && rh.Straggler == top.FromRank):
 		parts = append(parts, fmt.Sprintf("Stage 1's rhythm straggler is rank %d, not the culprit's rank %d: the culprit is where the delay starts, the straggler the rank whose completions diverge most — look at both.",
 			rh.Straggler, top.Rank))
-	case rh.Verdict == RhythmStraggler && v == VerdictCulprit:
+	case rh.Verdict == RhythmStraggler && (v == VerdictCulprit || v == VerdictRank):
 		parts = append(parts, fmt.Sprintf("Stage 1 localizes the same rank (S = %.3f).", rh.Score[slices.Index(rh.Ranks, rh.Straggler)]))
 	case rh.Verdict == RhythmStraggler:
-		parts = append(parts, fmt.Sprintf("Stage 1 localizes rank %d as the straggler: %s.", rh.Straggler, rh.Why))
+		s := fmt.Sprintf("Stage 1 localizes rank %d as the straggler: %s.", rh.Straggler, rh.Why)
+		if held, ok := rep.TypicalHeld(rh.Straggler); ok && float64(held) < cfg.MinShare*float64(medianStepSpan(rep.StepReports)) {
+			// A rhythm that differs is not a delay of the job (6a).
+			s += fmt.Sprintf(" But the other ranks did not wait for rank %d at collectives (%s per step): its rhythm differs without holding the job back.", rh.Straggler, fmtNS(held))
+		}
+		parts = append(parts, s)
 	case rh.Verdict == RhythmNone:
 		parts = append(parts, "Stage 1: "+rh.Why+".")
 	default:
@@ -685,4 +784,164 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 		parts = append(parts, strings.ToUpper(n[:1])+n[1:]+".")
 	}
 	return v, strings.Join(parts, " ")
+}
+
+// stepOrderNotes says where a rank's ProfilerStep ranges on one thread go
+// back in time — a later step starting before an earlier one ends, which
+// one thread cannot do: the trace's clock stepped back (an NTP correction
+// of the realtime clock profilers stamp with) or traces of different runs
+// were merged. Events may come in any order; times may not (issue 16 item
+// 12): step-relative times of those steps are not trustworthy.
+func stepOrderNotes(work []optrace.Trace) []string {
+	type rng struct {
+		tid, step, start, end int64
+	}
+	var notes []string
+	for j := range work {
+		var rs []rng
+		for i := range work[j].Events {
+			e := &work[j].Events[i]
+			if e.Cat == optrace.UserRange && e.Step >= 0 && e.Device < 0 && strings.HasPrefix(e.Name, "ProfilerStep#") {
+				rs = append(rs, rng{e.TID, e.Step, e.StartNS, e.EndNS()})
+			}
+		}
+		slices.SortFunc(rs, func(a, b rng) int {
+			return cmp.Or(cmp.Compare(a.tid, b.tid), cmp.Compare(a.step, b.step), cmp.Compare(a.start, b.start))
+		})
+		n, first := 0, ""
+		for i := 1; i < len(rs); i++ {
+			p, c := rs[i-1], rs[i]
+			if p.tid != c.tid || p.step == c.step || c.start >= p.end {
+				continue
+			}
+			if n == 0 {
+				first = fmt.Sprintf("ProfilerStep#%d starts %s before ProfilerStep#%d ends on thread %d", c.step, fmtNS(p.end-c.start), p.step, c.tid)
+			}
+			n++
+		}
+		if n > 0 {
+			notes = append(notes, fmt.Sprintf("rank %d's trace goes back in time at %d step boundary(ies) (%s): its clock stepped back or traces of different runs were merged, so those steps' times are not trustworthy",
+				work[j].Rank, n, first))
+		}
+	}
+	return notes
+}
+
+// maxSharedSteps bounds the distinct steps sharedRanks looks at (a trace
+// may carry any step number on any event).
+const maxSharedSteps = 1 << 16
+
+// sharedRanks picks, when no step is common to every rank, the largest
+// group of at least minRanks ranks that shares steps (ties: the group
+// sharing more steps, then the lower ranks): the traces to compare, and
+// the others with the steps they recorded. nil when no such group exists
+// or every rank would stay.
+func sharedRanks(work []optrace.Trace, minRanks int) ([]optrace.Trace, []LeftOutRank) {
+	byStep := map[int64][]int{} // step → indexes into work, ascending
+	for j := range work {
+		seen := map[int64]bool{}
+		for i := range work[j].Events {
+			st := work[j].Events[i].Step
+			if st < 0 || seen[st] || (len(byStep) >= maxSharedSteps && byStep[st] == nil) {
+				continue
+			}
+			seen[st] = true
+			byStep[st] = append(byStep[st], j)
+		}
+	}
+	type group struct {
+		members []int
+		steps   int
+	}
+	groups := map[string]*group{}
+	for _, m := range byStep {
+		if len(m) < minRanks {
+			continue
+		}
+		k := fmt.Sprint(m)
+		if g := groups[k]; g != nil {
+			g.steps++
+		} else {
+			groups[k] = &group{members: m, steps: 1}
+		}
+	}
+	var best *group
+	for _, g := range groups {
+		if best == nil || len(g.members) > len(best.members) || (len(g.members) == len(best.members) &&
+			(g.steps > best.steps || (g.steps == best.steps && slices.Compare(g.members, best.members) < 0))) {
+			best = g
+		}
+	}
+	if best == nil || len(best.members) == len(work) {
+		return nil, nil
+	}
+	keep := make([]optrace.Trace, 0, len(best.members))
+	var out []LeftOutRank
+	for j := range work {
+		if slices.Contains(best.members, j) {
+			keep = append(keep, work[j])
+			continue
+		}
+		lo := LeftOutRank{Rank: work[j].Rank, FirstStep: -1, LastStep: -1}
+		seen := map[int64]bool{}
+		for i := range work[j].Events {
+			if st := work[j].Events[i].Step; st >= 0 {
+				if lo.FirstStep < 0 || st < lo.FirstStep {
+					lo.FirstStep = st
+				}
+				lo.LastStep = max(lo.LastStep, st)
+				if !seen[st] && len(seen) < maxSharedSteps {
+					seen[st] = true
+				}
+			}
+		}
+		lo.Steps = len(seen)
+		out = append(out, lo)
+	}
+	return keep, out
+}
+
+// leftOutNote says which ranks were left out and why.
+func leftOutNote(out []LeftOutRank, kept []optrace.Trace) string {
+	var parts []string
+	for i, lo := range out {
+		if i == 8 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(out)-i))
+			break
+		}
+		switch {
+		case lo.Steps == 0:
+			parts = append(parts, fmt.Sprintf("rank %d (no step numbers)", lo.Rank))
+		default:
+			parts = append(parts, fmt.Sprintf("rank %d (steps %d–%d)", lo.Rank, lo.FirstStep, lo.LastStep))
+		}
+	}
+	return fmt.Sprintf("no step was recorded by every rank: %s shared no step with the others and %s left out; the other %d ranks are compared on the steps they share (a capture plan that reached ranks at different steps records different steps)",
+		strings.Join(parts, ", "), map[bool]string{true: "is", false: "are"}[len(out) == 1], len(kept))
+}
+
+// TypicalHeld is how long the other ranks typically waited for rank at
+// collectives per analysed step (reached in more than half, as
+// Impact.HeldNS);
+// ok is false when no analysed step joined ranks at a collective.
+func (rep *TraceReport) TypicalHeld(rank int) (held int64, ok bool) {
+	return rep.typicalOf(func(r *Report) int64 { return r.HeldNS(rank) })
+}
+
+// TypicalLate is rank's typical lateness against the median member at the
+// step's collectives (as Impact.LateNS).
+func (rep *TraceReport) TypicalLate(rank int) (late int64, ok bool) {
+	return rep.typicalOf(func(r *Report) int64 { return r.LateNS(rank) })
+}
+
+func (rep *TraceReport) typicalOf(f func(*Report) int64) (int64, bool) {
+	xs := make([]int64, 0, len(rep.StepReports))
+	ok := false
+	for _, r := range rep.StepReports {
+		if r != nil {
+			ok = ok || r.Joined
+			xs = append(xs, f(r))
+		}
+	}
+	return typical(xs), ok
 }

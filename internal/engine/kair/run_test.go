@@ -3,7 +3,6 @@ package kair
 import (
 	"encoding/json"
 	"errors"
-	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -378,18 +377,7 @@ func TestRunStagesDisagree(t *testing.T) {
 	tr := simulateSteps(stepsUpTo(3), everyStep(8, func() []op { return richProgram(20, 20) }, func(_ int64, p [][]op) {
 		p[2][22].dur *= 10
 	}))
-	for s := range int64(3) {
-		var t0 int64 = math.MaxInt64
-		for _, e := range tr[6].Events {
-			if e.Step == s {
-				t0 = min(t0, e.StartNS)
-			}
-		}
-		for i := range int64(300) {
-			tr[6].Events = append(tr[6].Events, optrace.Event{Name: "Memcpy HtoD", Cat: optrace.Memcpy, Device: 0, Stream: 9,
-				StartNS: t0 + i*100, DurNS: 50, Step: s, Seq: -1})
-		}
-	}
+	copyBurst(tr, 6, 3)
 	// Host ops and copies counted together (auto would pick host work:
 	// the other ranks have no device events).
 	cfg := DefaultRunConfig()
@@ -404,19 +392,35 @@ func TestRunStagesDisagree(t *testing.T) {
 }
 
 // Ranks that recorded different training steps (a plan picked up late)
-// share no step: nothing is compared, and nothing is blamed — matching
-// their k-th operators would blame the misalignment.
+// share no step: they are not compared — matching their k-th operators
+// would blame the misalignment. When no group of 3 ranks shares a step,
+// nothing is analysed and the headline lists what each recorded; when one
+// rank alone is off (issue 16 item 7b), the others are compared on the
+// steps they share and the headline says who was left out.
 func TestRunDifferentStepsInconclusive(t *testing.T) {
 	tr := simulateSteps(stepsUpTo(3), everyStep(4, func() []op { return richProgram(10, 10) }, nil))
-	for j := range tr[3].Events {
-		if tr[3].Events[j].Step >= 0 {
-			tr[3].Events[j].Step += 10
+	shift := func(tr []optrace.Trace, r int, by int64) {
+		for j := range tr[r].Events {
+			if tr[r].Events[j].Step >= 0 {
+				tr[r].Events[j].Step += by
+			}
 		}
 	}
-	rep := mustRun(t, tr, nil, DefaultRunConfig())
+	apart := deepCopy(tr)
+	shift(apart, 2, 20)
+	shift(apart, 3, 10)
+	rep := mustRun(t, apart, nil, DefaultRunConfig())
 	if rep.Verdict != VerdictInconclusive || len(rep.Analysed) != 0 || len(rep.Causes) != 0 ||
-		!strings.Contains(rep.Headline, "rank 3: 10–12") {
+		!strings.Contains(rep.Headline, "rank 3: 10–12") || len(rep.LeftOut) != 0 {
 		t.Fatalf("%s", dumpRun(rep))
+	}
+	one := deepCopy(tr)
+	shift(one, 3, 10)
+	rep = mustRun(t, one, nil, DefaultRunConfig())
+	if !slices.Equal(rep.Ranks, []int{0, 1, 2}) || len(rep.Analysed) != 3 || len(rep.LeftOut) != 1 ||
+		rep.LeftOut[0] != (LeftOutRank{Rank: 3, FirstStep: 10, LastStep: 12, Steps: 3}) ||
+		!strings.Contains(rep.Headline, "rank 3 (steps 10–12) shared no step with the others and is left out; the other 3 ranks are compared") {
+		t.Fatalf("%s\nleft out %+v", dumpRun(rep), rep.LeftOut)
 	}
 }
 

@@ -98,6 +98,13 @@ type Config struct {
 	// slowdown when the typical rank's own time in it rose by at least
 	// this share of the frontier's rise.
 	UniformShare float64 `json:"uniform_share"`
+	// ExplainShare: against a reference, a straggler is named as the cause
+	// of a stage's rise only when the tail it creates there grew by at
+	// least this share of the rise; a rank that leads a stage every rank
+	// slowed down in is reported, not blamed for the slowdown (issue 16
+	// item 6a: a localizing verdict must explain the increase it is
+	// attached to).
+	ExplainShare float64 `json:"explain_share"`
 }
 
 // DefaultConfig returns the default gates.
@@ -130,5 +137,6 @@ func DefaultConfig() Config {
 		ExcessMinRel:          0.10,
 		ExcessMinMS:           1.0,
 		UniformShare:          0.5,
+		ExplainShare:          0.25,
 	}
 }

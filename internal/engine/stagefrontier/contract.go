@@ -29,7 +29,7 @@ func (c Config) Validate() error {
 		{"leader_switch_rate", c.LeaderSwitchRate}, {"forward_event_high_ratio", c.ForwardEventHighRatio},
 		{"forward_event_low_ratio", c.ForwardEventLowRatio}, {"absorbed_lag_share", c.AbsorbedLagShare},
 		{"displacement_share", c.DisplacementShare}, {"straggler_min_share", c.StragglerMinShare},
-		{"excess_min_rel", c.ExcessMinRel}, {"excess_min_ms", c.ExcessMinMS}, {"uniform_share", c.UniformShare},
+		{"excess_min_rel", c.ExcessMinRel}, {"excess_min_ms", c.ExcessMinMS}, {"uniform_share", c.UniformShare}, {"explain_share", c.ExplainShare},
 	} {
 		if !(g.v >= 0) || math.IsInf(g.v, 1) {
 			return bad(g.name, "must be finite and >= 0", g.v)

@@ -98,7 +98,7 @@ func TestD2b_LazyRespectsRoleGroups(t *testing.T) {
 // they hold, and the limit trips on stored cells only.
 func TestD1_MaxCellsCountsStoredCells(t *testing.T) {
 	job := testJob(4, 1)
-	steps := []int64{0, 1, 1 << 30, 1 << 40, 1 << 48} // far apart; 2^48 is the largest step ingest takes
+	steps := []int64{0, 1, 1 << 30, 1 << 40, 1<<48 - 1} // far apart; 2^48−1 is the largest step ingest takes
 	a := NewAssembler(job, AssembleOptions{FromStep: 0, ToStep: math.MaxInt64 - 1, MaxCells: int64(len(steps)) * (4 + MaxAbsentRanks) * 6})
 	for _, s := range steps {
 		if err := a.Add(vec(s, 0, 1, 2, 3)); err != nil {

@@ -54,6 +54,9 @@ func Diagnose(rep *Report, cmp *Comparison) {
 
 	ev := rep.Evidence[g].Leader
 	h.Confidence = ev.Fraction
+	if ev.Rank >= 0 && h.Basis == BasisExcess {
+		ev = explains(ev, cmp, h.Stage, cfg)
+	}
 	if ev.Rank >= 0 {
 		h.Rank, h.Host = ev.Rank, ev.Host
 		on := ""
@@ -84,6 +87,32 @@ func Diagnose(rep *Report, cmp *Comparison) {
 	}
 	h.Text = strings.Join(text, " ")
 	rep.Headline, rep.LeaderRank = h, h.Rank
+}
+
+// explains checks that a named leader of stage accounts for a material
+// part of the stage's rise against the reference: the tail it creates
+// there must have grown by ExplainShare of the rise. Otherwise the rank is
+// withheld as the cause (it is still the frontier's leader in the
+// evidence); when it explains part of it, its share is said.
+func explains(ev LeaderEvidence, cmp *Comparison, stage string, cfg Config) LeaderEvidence {
+	d, ok := cmp.stageDelta(stage)
+	if !ok || d.DeltaMS <= 0 {
+		return ev
+	}
+	grew := d.CurTailMS - d.RefTailMS
+	share := grew / d.DeltaMS
+	if share >= cfg.ExplainShare {
+		if share < 1-cfg.ExplainShare {
+			ev.Why += fmt.Sprintf("; the tail it creates grew %.1f ms/step, %.0f%% of the stage's %+.1f ms/step rise (the rest every rank shares)", grew, 100*share, d.DeltaMS)
+		}
+		return ev
+	}
+	out := ev
+	out.Rank = -1
+	out.Withheld = WithheldNotCause
+	out.Why = fmt.Sprintf("rank %d leads the frontier in %s (%s), but the tail it creates there grew by only %.1f ms/step of the stage's %+.1f ms/step rise (%.0f%%), so it does not explain the slowdown; the typical rank's own time there went %.1f → %.1f ms/step",
+		ev.Rank, stage, ev.Why, grew, d.DeltaMS, 100*max(share, 0), d.RefTypicalMS, d.CurTypicalMS)
+	return out
 }
 
 // stageSentence says why the headline points at stage g.

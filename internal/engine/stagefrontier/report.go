@@ -200,7 +200,11 @@ const (
 	WithheldAbsorbed Withheld = "absorbed_in_stage"
 	// WithheldUniform: against the reference, every rank's own time in the
 	// stage rose about as much as the frontier did.
-	WithheldUniform  Withheld = "uniform_slowdown"
+	WithheldUniform Withheld = "uniform_slowdown"
+	// WithheldNotCause: a rank leads the stage, but the tail it creates
+	// there explains too little of the stage's rise against the reference
+	// (Config.ExplainShare): the slowdown is elsewhere or shared.
+	WithheldNotCause Withheld = "does_not_explain_rise"
 	WithheldTie      Withheld = "tie"
 	WithheldUnstable Withheld = "unstable_leader"
 	WithheldSpread   Withheld = "no_consistent_leader"

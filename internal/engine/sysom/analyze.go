@@ -55,6 +55,7 @@ func Analyze(in *Input, cfg Config) (*Report, error) {
 	}
 	it := newInterner()
 	profs := prepare(in.Profiles, it, &incScratch{})
+	foreign := it.foreignRoots()
 	for _, g := range groups {
 		ms, notes := groupMembers(g, profs, cfg)
 		rep.Notes = append(rep.Notes, notes...)
@@ -67,24 +68,45 @@ func Analyze(in *Input, cfg Config) (*Report, error) {
 		if len(ms) <= 5 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("group %s: %d ranks; the waterline uses leave-one-out statistics (with the rank inside them z ≤ sqrt(N−1) and k = %g could not fire)", g.ID, len(ms), cfg.K))
 		}
-		rep.Waterline = append(rep.Waterline, waterline(g.ID, ms, it.funcs, cfg)...)
+		rep.Waterline = append(rep.Waterline, waterline(g.ID, ms, it.funcs, foreign, cfg)...)
 	}
 
-	// §3.1 layered differential diagnosis of each flagged rank.
-	flagged := map[int]bool{}
+	// §3.1 layered differential diagnosis of each flagged rank. A rank
+	// above the waterline that enters its collectives on time is not a
+	// suspect: its CPU difference (another process on its core, laggard's
+	// own agent) does not delay the group, so it is said once, as such,
+	// and the rank stays a possible peer (issue 16 item 8b).
+	dl := delays(lat, cfg)
+	slowSet := map[int]bool{}
 	for _, s := range rep.SlowRanks {
-		flagged[s.Rank] = true
+		slowSet[s.Rank] = true
 	}
-	for _, w := range rep.Waterline {
-		flagged[w.Rank] = true
+	water := map[int]bool{}
+	onTimeNoted := map[int]bool{}
+	for i := range rep.Waterline {
+		w := &rep.Waterline[i]
+		water[w.Rank] = true
+		if d := dl[w.Rank]; !slowSet[w.Rank] && d.onTime() {
+			w.OnTime = true
+			if !onTimeNoted[w.Rank] {
+				onTimeNoted[w.Rank] = true
+				rep.Notes = append(rep.Notes, fmt.Sprintf("rank %d is above group %s's CPU waterline (%s %s vs %s) but enters its collectives on time (%+.2f ms per step against its typical peer, noise %.2f ms): not diagnosed — the group does not wait for this rank, so its CPU difference is not what delays the group",
+					w.Rank, w.Group, w.Func, pct(w.Fraction), pct(w.Mean), d.ms, d.noise))
+			}
+		}
 	}
-	sus := suspects(rep.SlowRanks, rep.Waterline, lat, groupRanks, cfg)
+	sus := suspects(rep.SlowRanks, rep.Waterline, lat, groupRanks, dl, cfg)
+	flagged := map[int]bool{}
+	for _, sp := range sus {
+		flagged[sp.rank] = true
+	}
+	period := callPeriod(lat)
 	for i, sp := range sus {
 		if i == cfg.MaxDiagnoses {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%d more flagged ranks not diagnosed (max_diagnoses %d)", len(sus)-i, cfg.MaxDiagnoses))
 			break
 		}
-		rep.Diagnoses = append(rep.Diagnoses, diagnose(sp, in, ix, profs, flagged, cfg))
+		rep.Diagnoses = append(rep.Diagnoses, diagnose(sp, in, ix, profs, flagged, water, period, cfg))
 	}
 
 	// §3.1 temporal baseline: no straggler, but the iteration time rose.

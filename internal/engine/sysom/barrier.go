@@ -60,6 +60,10 @@ type lateStats struct {
 	hosts     int     // distinct clocks (hosts, or ranks with unknown host)
 	p2p       int     // point-to-point calls skipped
 	mismatch  int     // instances dropped: members disagree on op/bytes
+	// periodMs: the median time from one step's first collective entry
+	// to the next step's, per step (0 unknown): the iteration time the
+	// calls themselves show.
+	periodMs float64
 	// js caches judged (cfg is fixed for one Analyze).
 	js     []rankSteps
 	jsDone bool
@@ -251,6 +255,10 @@ func commLateness(calls []collective.Call, idx []int32, w int, hostOf func(int) 
 		sum[i], cnt[i] = make([]float64, len(steps)), make([]int, len(steps))
 	}
 	lates := make([]float64, 0, 64)
+	stepFirst := make([]float64, len(steps)) // each step's earliest aligned entry (ms)
+	for i := range stepFirst {
+		stepFirst[i] = math.Inf(1)
+	}
 	for _, in := range insts {
 		lates = lates[:0]
 		first := math.Inf(1)
@@ -260,12 +268,16 @@ func commLateness(calls []collective.Call, idx []int32, w int, hostOf func(int) 
 			first = min(first, x)
 		}
 		s := stepPos[in.step]
+		stepFirst[s] = min(stepFirst[s], first)
 		for j, m := range in.members {
 			p := pos[m.rank]
 			sum[p][s] += lates[j] - first
 			cnt[p][s]++
 			st.inst[p]++
 		}
+	}
+	if st.stepKnown {
+		st.periodMs = stepPeriod(steps, stepFirst)
 	}
 	st.vals = make([][]float64, nr)
 	for i := range nr {
@@ -420,6 +432,52 @@ func (st *lateStats) slowRanks(cfg Config) ([]SlowRank, []string) {
 		})
 	}
 	return out, notes
+}
+
+// stepPeriod is the median of (first entry of step s+1 − first entry of
+// step s) / (step gap) over consecutive known steps.
+func stepPeriod(steps []int64, first []float64) float64 {
+	var ds []float64
+	for i := 1; i < len(steps); i++ {
+		gap := steps[i] - steps[i-1]
+		if gap <= 0 || gap > 4 || math.IsInf(first[i], 0) || math.IsInf(first[i-1], 0) {
+			continue
+		}
+		if d := (first[i] - first[i-1]) / float64(gap); d > 0 {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) < 3 {
+		return 0
+	}
+	return stats.Median(ds)
+}
+
+// delayOf is how much later than its typical peer rank r enters the
+// communicator's collectives per step: its statistic minus the median of
+// the other judged ranks' (robust to one straggler among the others,
+// which would make every other rank look early against a mean), and the
+// noise of that difference (the standard error of r's statistic, floored
+// by LateNoiseMs and MinLateMs). ok=false when r was not judged.
+func (st *lateStats) delayOf(r int, cfg Config) (d, noise float64, ok bool) {
+	js := st.judged(cfg)
+	if len(js) < 2 {
+		return 0, 0, false
+	}
+	var me *rankSteps
+	others := make([]float64, 0, len(js))
+	for k := range js {
+		if st.ranks[js[k].i] == r {
+			me = &js[k]
+			continue
+		}
+		others = append(others, js[k].stat)
+	}
+	if me == nil {
+		return 0, 0, false
+	}
+	se := math.Sqrt(max(me.vr, 0) / float64(len(me.xs)) / (1 - 2*lateTrim))
+	return me.stat - stats.Median(others), max(se, cfg.LateNoiseMs, cfg.MinLateMs), true
 }
 
 // meanLate returns each judged rank's window statistic.

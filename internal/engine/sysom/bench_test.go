@@ -96,7 +96,7 @@ func benchWaterline(b *testing.B, tables int) {
 		it := newInterner()
 		profs := prepare(ps, it, &incScratch{})
 		ms, _ := groupMembers(Group{ID: "g", Ranks: ranks}, profs, cfg)
-		_ = waterline("g", ms, it.funcs, cfg)
+		_ = waterline("g", ms, it.funcs, it.foreignRoots(), cfg)
 	})
 }
 

@@ -64,6 +64,12 @@ type Config struct {
 	// least OSRatio × the peer's and above the signal's absolute floor
 	// (docs/design/sysom.md lists the floors).
 	OSRatio float64 `json:"os_ratio"`
+	// MinExplain is the least share of a measured rise in iteration time
+	// a rank's entry delay must account for before its diagnosis may be
+	// high confidence (issue 16 item 6a): below half, most of the
+	// slowdown has another cause the verdict does not name. With no rise
+	// measured, the delay must be at least IterRise of one iteration.
+	MinExplain float64 `json:"min_explain"`
 	// MaxPaths bounds the hot paths per layer, MaxFlagsPerRank the
 	// waterline flags per rank, MaxDiagnoses the diagnosed ranks.
 	MaxPaths        int `json:"max_paths"`
@@ -77,7 +83,7 @@ func DefaultConfig() Config {
 		W: 100, K: 2, Delta: 0.005, Alpha: 0.01,
 		MinSamples: 20, MinTotal: 200, MinInstances: 10, MinPersist: 0.7,
 		MinLateMs: 0.1, LateNoiseMs: 0.02,
-		IterRise: 0.05, GPURel: 0.03, GPUUniform: 0.8, OSRatio: 2,
+		IterRise: 0.05, GPURel: 0.03, GPUUniform: 0.8, OSRatio: 2, MinExplain: 0.5,
 		MaxPaths: 5, MaxFlagsPerRank: 10, MaxDiagnoses: 16,
 	}
 }
@@ -115,6 +121,8 @@ func (c Config) Validate() error {
 		return bad("gpu_rel", c.GPURel, "in (0, 10]")
 	case !fin(c.GPUUniform) || c.GPUUniform <= 0 || c.GPUUniform > 1:
 		return bad("gpu_uniform", c.GPUUniform, "in (0, 1]")
+	case !fin(c.MinExplain) || c.MinExplain <= 0 || c.MinExplain > 1:
+		return bad("min_explain", c.MinExplain, "in (0, 1]")
 	case !fin(c.OSRatio) || c.OSRatio <= 1 || c.OSRatio > 1000:
 		return bad("os_ratio", c.OSRatio, "in (1, 1000]")
 	case c.MaxPaths < 1 || c.MaxPaths > 1000:

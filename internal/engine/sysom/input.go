@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/laggard-dev/laggard/internal/signal"
@@ -321,15 +322,33 @@ func (sc *incScratch) grow(n int) {
 	}
 }
 
+// foreignRoots marks the functions that are another process's root
+// frame ("[other process] name").
+func (in *interner) foreignRoots() []bool {
+	out := make([]bool, len(in.funcs))
+	for i, f := range in.funcs {
+		out[i] = strings.HasPrefix(f.Name, ForeignPrefix)
+	}
+	return out
+}
+
 // inclusive returns each function's inclusive count in p (samples with
 // the function anywhere on the stack, recursion counted once), by global
-// id, in first-seen order.
-func inclusive(p *stack.Profile, gid []int32, sc *incScratch) []incCount {
+// id, in first-seen order, and the rank's own samples. A stack under
+// another process's root frame (foreign) counts for that root only.
+func inclusive(p *stack.Profile, gid []int32, foreign []bool, sc *incScratch) ([]incCount, int64) {
 	sc.touched = sc.touched[:0]
+	var own int64
 	for si := range p.Stacks {
 		s := &p.Stacks[si]
 		sc.gen++
-		for _, f := range s.Frames {
+		frames := s.Frames
+		if len(frames) > 0 && foreign[gid[frames[0]]] {
+			frames = frames[:1]
+		} else {
+			own += s.Count
+		}
+		for _, f := range frames {
 			g := gid[f]
 			if sc.stamp[g] != sc.gen {
 				if sc.acc[g] == 0 {
@@ -345,5 +364,5 @@ func inclusive(p *stack.Profile, gid []int32, sc *incScratch) []incCount {
 		out[i] = incCount{g, sc.acc[g]}
 		sc.acc[g] = 0
 	}
-	return out
+	return out, own
 }

@@ -164,7 +164,11 @@ func TestInclusiveMatchesNaive(t *testing.T) {
 		gid := it.table(p.Funcs)
 		sc.grow(len(it.funcs))
 		got := map[string]int64{}
-		for _, c := range inclusive(p, gid, sc) {
+		incs, own := inclusive(p, gid, it.foreignRoots(), sc)
+		if own != p.Total {
+			t.Fatalf("trial %d: own %d of %d samples with no foreign stack", trial, own, p.Total)
+		}
+		for _, c := range incs {
 			got[it.funcs[c.fn].Name] += c.n
 		}
 		want := map[string]int64{}

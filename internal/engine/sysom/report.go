@@ -83,6 +83,15 @@ type WaterlineFlag struct {
 	Samples int64   `json:"samples"`
 	// New: the function has no sample on any other rank of the group.
 	New bool `json:"new,omitempty"`
+	// Foreign: the row is another process on the rank's CPUs (Func is
+	// its "[other process] name" root), judged as its share of all the
+	// rank's samples; other rows are the rank's own functions, judged as
+	// shares of its own samples (waterline.go).
+	Foreign bool `json:"foreign,omitempty"`
+	// OnTime: the rank enters its group's collectives no later than its
+	// typical peer (within noise), so this CPU difference does not delay
+	// the group: the rank is not diagnosed for it (diagnose.go).
+	OnTime bool `json:"on_time,omitempty"`
 }
 
 // LayerName is a layer of the differential diagnosis (§3.1).
@@ -182,7 +191,33 @@ type Diagnosis struct {
 	Cause      Cause      `json:"cause,omitempty"`
 	Confidence Confidence `json:"confidence"`
 	Summary    string     `json:"summary"`
+	// Explained: how much of the observed slowdown the rank's entry
+	// delay accounts for (a verdict that does not explain a material part
+	// of it is not high confidence; diagnose.go explain).
+	Explained Explained `json:"explained"`
 }
+
+// Explained relates a rank's entry delay to the slowdown it is blamed
+// for.
+type Explained struct {
+	// DelayMs: how much later than its typical peer the rank enters its
+	// group's collectives, per step (0 when not measured).
+	DelayMs float64 `json:"delay_ms"`
+	// IterMs, IterBaseMs: the iteration time now (from the server, else
+	// from the calls' own steps) and at baseline (0 unknown).
+	IterMs     float64 `json:"iter_ms,omitempty"`
+	IterBaseMs float64 `json:"iter_base_ms,omitempty"`
+	// Share: DelayMs as a share of the rise IterMs − IterBaseMs (Basis
+	// "rise"), or of one iteration when no rise was measured ("step").
+	Share float64 `json:"share,omitempty"`
+	Basis string  `json:"basis,omitempty"`
+}
+
+// Explained bases.
+const (
+	ExplainRise = "rise"
+	ExplainStep = "step"
+)
 
 // Temporal is the temporal baseline comparison (§3.1): the job's merged
 // profile now vs at baseline.

@@ -272,15 +272,18 @@ func TestTemporalSplitsByRank(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		hogOn   string
+		late    string // calls' late= (rank 2 late under noisy peers: not flagged slow)
 		suspect []int
+		onTime  bool // the concentrated rank enters on time: not a suspect (issue 16 item 8b)
 	}{
-		{"one rank", "2", []int{2}},
-		{"every rank", "0-3", nil},
+		{"one rank", "2", "late=2:0.8 jitter=1.5", []int{2}, false},
+		{"every rank", "0-3", "jitter=0.05", nil, false},
+		{"one rank, on time", "2", "jitter=0.05", nil, true},
 	} {
 		sc := newScenario()
 		for _, l := range []string{
 			"group world 0-3",
-			"calls world ranks=0-3 n=100 jitter=0.05 iter=110 seed=6",
+			"calls world ranks=0-3 n=100 " + c.late + " iter=110 seed=6",
 			"stack 0-3 600 py:main@train.py;py:forward@model.py;at::native::addmm@libtorch_cpu.so",
 			"stack 0-3 400 py:main@train.py;py:backward@t.py;torch::autograd::Engine::thread_main@libtorch_cpu.so",
 			"stack " + c.hogOn + " 150 py:main@train.py;py:log@train.py;logging.StreamHandler.emit@logging",
@@ -307,8 +310,14 @@ func TestTemporalSplitsByRank(t *testing.T) {
 		if !slices.Equal(tp.Suspects, c.suspect) {
 			t.Errorf("%s: suspects %v, want %v\n%s", c.name, tp.Suspects, c.suspect, text)
 		}
-		if c.suspect == nil && !strings.Contains(text, "spread over all 4 ranks") {
+		if c.suspect == nil && !c.onTime && !strings.Contains(text, "spread over all 4 ranks") {
 			t.Errorf("%s: no spread sentence:\n%s", c.name, text)
+		}
+		if c.onTime && (!strings.Contains(text, "enters its collectives on time") || strings.Contains(text, "spread over")) {
+			t.Errorf("%s: the on-time rank is not said so (or the growth is called spread):\n%s", c.name, text)
+		}
+		if len(c.suspect) > 0 && len(rep.SlowRanks) > 0 {
+			t.Errorf("%s: the fixture's rank is flagged slow; the temporal split is not exercised", c.name)
 		}
 	}
 }

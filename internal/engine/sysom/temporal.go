@@ -90,15 +90,29 @@ func temporal(in *Input, ranks map[int]bool, cfg Config, lat map[string]*lateSta
 	// Per-rank split of every candidate.
 	zc := stats.UpperZ(cfg.Alpha, len(common)*len(t.Candidates))
 	sus := map[int]bool{}
+	dl := delays(lat, cfg)
+	onTime := map[int]bool{}
 	for _, c := range t.Candidates {
 		sp := splitPath(c, common, in, zc, cfg)
 		t.Split = append(t.Split, sp)
 		t.Evidence = append(t.Evidence, splitText(c, sp, len(common)))
 		for _, r := range sp.Suspects {
+			// A rank whose share grew but which enters its collectives
+			// on time does not delay the group: not a suspect of the
+			// rise (issue 16 item 8b).
+			if dl[r].onTime() {
+				onTime[r] = true
+				continue
+			}
 			sus[r] = true
 		}
 	}
 	t.Suspects = sortedKeys(sus)
+	for _, r := range sortedKeys(onTime) {
+		if !sus[r] {
+			t.Evidence = append(t.Evidence, fmt.Sprintf("rank %d's share grew, but it enters its collectives on time (%+.2f ms per step against its typical peer): the group does not wait for it, so it is not a suspect — the path may still slow every rank through what they share (locks, file system, memory bandwidth)", r, dl[r].ms))
+		}
+	}
 	waterRanks := map[int]bool{}
 	for _, d := range rep.Diagnoses {
 		waterRanks[d.Rank] = true
@@ -115,7 +129,7 @@ func temporal(in *Input, ranks map[int]bool, cfg Config, lat map[string]*lateSta
 		}
 		t.Evidence = append(t.Evidence, s)
 	}
-	if len(t.Suspects) == 0 {
+	if len(t.Suspects) == 0 && len(onTime) == 0 {
 		maxZ := math.Inf(-1)
 		for _, r := range common {
 			if z, _, ok := zFor(lat, r, cfg); ok {

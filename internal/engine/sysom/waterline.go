@@ -35,7 +35,23 @@ type rankProf struct {
 	p    *stack.Profile
 	gid  []int32
 	inc  []incCount // inclusive counts by global id
+	// own is the rank's own samples: Total less other processes'
+	// (stacks under a ForeignPrefix root).
+	own int64
 }
+
+// Own functions and other processes (issue 16 item 8b). The paper's
+// waterline is the training process's own CPU profile; laggard's
+// profiles also hold other processes' samples on the rank's CPUs
+// (interference). Mixing them in one denominator made every own
+// function's share fall on a rank whose core another process took, so
+// its peers' own functions (sgemm_, the forward pass) rose above the
+// group's mean and they were flagged for the hog on someone else's core.
+// So a function of the rank's own process is judged as its share of the
+// rank's own samples, and another process only as one row — its root
+// frame, "[other process] name" — as its share of all the rank's samples
+// (how much of the rank's CPU time it took); its internal functions are
+// not waterline rows at all (they flagged ten rows for one compiler).
 
 // prepare interns every profile's functions and computes the inclusive
 // counts the waterline needs.
@@ -54,6 +70,7 @@ func prepare(ps map[int]*stack.Profile, in *interner, sc *incScratch) map[int]*r
 	for i, r := range ranks {
 		out[r] = &rankProf{rank: r, p: ps[r], gid: gids[i]}
 	}
+	foreign := in.foreignRoots()
 	// Inclusive counts are independent per rank: spread them over the
 	// CPUs (each worker with its own scratch; results do not depend on
 	// the schedule).
@@ -68,7 +85,7 @@ func prepare(ps map[int]*stack.Profile, in *interner, sc *incScratch) map[int]*r
 		wg.Go(func() {
 			for i := w; i < len(ranks); i += workers {
 				rp := out[ranks[i]]
-				rp.inc = inclusive(rp.p, rp.gid, s)
+				rp.inc, rp.own = inclusive(rp.p, rp.gid, foreign, s)
 			}
 		})
 	}
@@ -87,7 +104,7 @@ func noiseZ(alpha float64, m int, k float64) float64 {
 
 // waterline flags one group's ranks. members are the group's ranks with
 // a profile of at least MinSamples samples, sorted.
-func waterline(group string, members []*rankProf, funcs []stack.Func, cfg Config) []WaterlineFlag {
+func waterline(group string, members []*rankProf, funcs []stack.Func, foreign []bool, cfg Config) []WaterlineFlag {
 	n := len(members)
 	if n < 2 {
 		return nil
@@ -97,9 +114,19 @@ func waterline(group string, members []*rankProf, funcs []stack.Func, cfg Config
 	sum2 := make([]float64, nf)
 	present := make([]int32, nf)
 	tests := 0
+	// denom is the samples a function's share is of (see rankProf.own).
+	denom := func(m *rankProf, fn int32) float64 {
+		if foreign[fn] {
+			return float64(m.p.Total)
+		}
+		return float64(m.own)
+	}
 	for _, m := range members {
-		t := float64(m.p.Total)
 		for _, c := range m.inc {
+			t := denom(m, c.fn)
+			if t <= 0 {
+				continue
+			}
 			x := float64(c.n) / t
 			sum[c.fn] += x
 			sum2[c.fn] += x * x
@@ -111,10 +138,10 @@ func waterline(group string, members []*rankProf, funcs []stack.Func, cfg Config
 	others := float64(n - 1)
 	var out []WaterlineFlag
 	for _, m := range members {
-		t := float64(m.p.Total)
 		start := len(out)
 		for _, c := range m.inc {
-			if c.n < cfg.MinSamples {
+			t := denom(m, c.fn)
+			if c.n < cfg.MinSamples || t <= 0 {
 				continue
 			}
 			x := float64(c.n) / t
@@ -139,7 +166,8 @@ func waterline(group string, members []*rankProf, funcs []stack.Func, cfg Config
 			}
 			f := funcs[c.fn]
 			out = append(out, WaterlineFlag{Group: group, Rank: m.rank, Func: f.Name, Module: f.Module, Kind: f.Kind.String(),
-				Fraction: round(x, 5), Mean: round(mu, 5), Sigma: round(sigma, 6), Z: round(z, 2), Samples: c.n, New: present[c.fn] == 1})
+				Fraction: round(x, 5), Mean: round(mu, 5), Sigma: round(sigma, 6), Z: round(z, 2), Samples: c.n, New: present[c.fn] == 1,
+				Foreign: foreign[c.fn]})
 		}
 		flags := out[start:]
 		slices.SortFunc(flags, func(a, b WaterlineFlag) int {

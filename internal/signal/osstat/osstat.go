@@ -109,6 +109,26 @@ const (
 
 // Validate checks a batch and names the offending field.
 func (b *Batch) Validate() error {
+	if err := b.ValidateHeader(); err != nil {
+		return err
+	}
+	for i := range b.Points {
+		if err := b.ValidatePoint(i); err != nil {
+			return err
+		}
+	}
+	for i := range b.Absent {
+		if err := b.ValidateAbsence(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateHeader checks what belongs to the whole batch (interval, point
+// count, node), not its points and absences: the parts of Validate a
+// partial decode cannot keep a batch without.
+func (b *Batch) ValidateHeader() error {
 	if b.StartNS <= 0 || b.EndNS <= b.StartNS {
 		return signal.FieldErrorf("end_ns", "interval [%d, %d] is empty or reversed", b.StartNS, b.EndNS)
 	}
@@ -118,30 +138,36 @@ func (b *Batch) Validate() error {
 	if len(b.Node) > MaxNameLen {
 		return signal.FieldErrorf("node", "longer than %d bytes", MaxNameLen)
 	}
-	for i := range b.Points {
-		p := &b.Points[i]
-		f := func(name string) string { return fmt.Sprintf("points[%d].%s", i, name) }
-		if p.Name == "" || len(p.Name) > MaxNameLen {
-			return signal.FieldErrorf(f("name"), "empty or longer than %d bytes", MaxNameLen)
-		}
-		if p.Rank < -1 || p.Rank > MaxRank {
-			return signal.FieldErrorf(f("rank"), "%d outside [-1, %d]", p.Rank, MaxRank)
-		}
-		if p.CPU < -1 || p.CPU > MaxCPU {
-			return signal.FieldErrorf(f("cpu"), "%d outside [-1, %d]", p.CPU, MaxCPU)
-		}
-		if len(p.Device) > MaxNameLen {
-			return signal.FieldErrorf(f("device"), "longer than %d bytes", MaxNameLen)
-		}
-		if p.Value != p.Value || p.Value > 1e18 || p.Value < -1e18 {
-			return signal.FieldErrorf(f("value"), "not a finite number within ±1e18")
-		}
+	return nil
+}
+
+// ValidatePoint checks points[i]; the error names points[i].field.
+func (b *Batch) ValidatePoint(i int) error {
+	p := &b.Points[i]
+	f := func(name string) string { return fmt.Sprintf("points[%d].%s", i, name) }
+	if p.Name == "" || len(p.Name) > MaxNameLen {
+		return signal.FieldErrorf(f("name"), "empty or longer than %d bytes", MaxNameLen)
 	}
-	for i := range b.Absent {
-		a := &b.Absent[i]
-		if a.Source == "" || len(a.Source) > MaxNameLen || len(a.Reason) > MaxNameLen {
-			return signal.FieldErrorf(fmt.Sprintf("absent[%d].source", i), "empty or longer than %d bytes", MaxNameLen)
-		}
+	if p.Rank < -1 || p.Rank > MaxRank {
+		return signal.FieldErrorf(f("rank"), "%d outside [-1, %d]", p.Rank, MaxRank)
+	}
+	if p.CPU < -1 || p.CPU > MaxCPU {
+		return signal.FieldErrorf(f("cpu"), "%d outside [-1, %d]", p.CPU, MaxCPU)
+	}
+	if len(p.Device) > MaxNameLen {
+		return signal.FieldErrorf(f("device"), "longer than %d bytes", MaxNameLen)
+	}
+	if p.Value != p.Value || p.Value > 1e18 || p.Value < -1e18 {
+		return signal.FieldErrorf(f("value"), "not a finite number within ±1e18")
+	}
+	return nil
+}
+
+// ValidateAbsence checks absent[i].
+func (b *Batch) ValidateAbsence(i int) error {
+	a := &b.Absent[i]
+	if a.Source == "" || len(a.Source) > MaxNameLen || len(a.Reason) > MaxNameLen {
+		return signal.FieldErrorf(fmt.Sprintf("absent[%d].source", i), "empty or longer than %d bytes", MaxNameLen)
 	}
 	return nil
 }

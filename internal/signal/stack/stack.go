@@ -128,6 +128,23 @@ type Sample struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
+// Opaque foreign samples: another process's samples on a rank's CPUs
+// that the agent ships without the process's name or stacks — because
+// the rank's registrant could not read that process itself
+// (docs/security.md), or because it is laggard's own agent or server.
+// Such a sample is Foreign, has PID 0 and a single Symbol frame that
+// names it; symbolization shows that frame alone, so the interference
+// keeps its width in the rank's flame graph and nothing else is told.
+const (
+	HiddenFrame = "[other process] (hidden)"
+	SelfFrame   = "[other process] laggard (its own agent or server)"
+)
+
+// Opaque reports whether s is an opaque foreign sample.
+func (s *Sample) Opaque() bool {
+	return s.Foreign && s.PID == 0 && len(s.Frames) == 1 && s.Frames[0].Kind == Symbol
+}
+
 // UnwindStats counts how the agent unwound a batch's user frames
 // (§3.3 Algorithm 1; §5.2 frame accuracy).
 type UnwindStats struct {
@@ -173,6 +190,27 @@ const (
 
 // Validate checks a batch and names the offending field.
 func (b *Batch) Validate() error {
+	if err := b.ValidateHeader(); err != nil {
+		return err
+	}
+	for i := range b.Mappings {
+		if err := b.ValidateMapping(i); err != nil {
+			return err
+		}
+	}
+	for i := range b.Samples {
+		if err := b.ValidateSample(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateHeader checks what belongs to the whole batch (window, rate,
+// counts, node) but not its mappings and samples: the parts of Validate
+// a partial decode cannot keep a batch without (laggardv1 partial
+// decoders refuse single mappings and samples instead).
+func (b *Batch) ValidateHeader() error {
 	if b.StartNS <= 0 || b.EndNS < b.StartNS {
 		return signal.FieldErrorf("end_ns", "window [%d, %d] is empty or reversed", b.StartNS, b.EndNS)
 	}
@@ -194,26 +232,33 @@ func (b *Batch) Validate() error {
 	if len(b.Node) > MaxNameLen {
 		return signal.FieldErrorf("node", "longer than %d bytes", MaxNameLen)
 	}
-	for i := range b.Mappings {
-		m := &b.Mappings[i]
-		f := func(name string) string { return fmt.Sprintf("mappings[%d].%s", i, name) }
-		if m.Limit <= m.Start {
-			return signal.FieldErrorf(f("limit"), "limit %#x not above start %#x", m.Limit, m.Start)
-		}
-		if len(m.BuildID) > MaxBuildIDLen || !isHex(m.BuildID) {
-			return signal.FieldErrorf(f("build_id"), "not lowercase hex of at most %d digits", MaxBuildIDLen)
-		}
-		if len(m.Path) > MaxNameLen {
-			return signal.FieldErrorf(f("path"), "longer than %d bytes", MaxNameLen)
-		}
+	return nil
+}
+
+// ValidateMapping checks mappings[i]; the error names mappings[i].field.
+func (b *Batch) ValidateMapping(i int) error {
+	m := &b.Mappings[i]
+	f := func(name string) string { return fmt.Sprintf("mappings[%d].%s", i, name) }
+	if m.Limit <= m.Start {
+		return signal.FieldErrorf(f("limit"), "limit %#x not above start %#x", m.Limit, m.Start)
 	}
-	for i := range b.Samples {
-		if err := b.Samples[i].validate(len(b.Mappings)); err != nil {
-			if fe, ok := errors.AsType[*signal.FieldError](err); ok {
-				return signal.FieldErrorf(fmt.Sprintf("samples[%d].%s", i, fe.Field), "%s", fe.Msg)
-			}
-			return err
+	if len(m.BuildID) > MaxBuildIDLen || !isHex(m.BuildID) {
+		return signal.FieldErrorf(f("build_id"), "not lowercase hex of at most %d digits", MaxBuildIDLen)
+	}
+	if len(m.Path) > MaxNameLen {
+		return signal.FieldErrorf(f("path"), "longer than %d bytes", MaxNameLen)
+	}
+	return nil
+}
+
+// ValidateSample checks samples[i] against the batch's mappings; the
+// error names samples[i].field.
+func (b *Batch) ValidateSample(i int) error {
+	if err := b.Samples[i].validate(len(b.Mappings)); err != nil {
+		if fe, ok := errors.AsType[*signal.FieldError](err); ok {
+			return signal.FieldErrorf(fmt.Sprintf("samples[%d].%s", i, fe.Field), "%s", fe.Msg)
 		}
+		return err
 	}
 	return nil
 }

@@ -60,13 +60,14 @@ const (
 	// longer, and sums of even millions of such values stay exact enough
 	// and far below float64's range, unlike a client's 1e308 (D5).
 	MaxDurationMS = 86_400_000.0
-	// MaxStep bounds a step id: 2^48 (2.8e14). Steps count optimizer
+	// MaxStep bounds a step id: 2^48−1 (2.8e14). Steps count optimizer
 	// steps; no run gets near this (a million steps a second for eight
 	// years), and it even admits a millisecond timestamp used as a step.
 	// It is exactly representable as a float64 (the UI and Python read
-	// steps as doubles), and window arithmetic on it (to−from+1, sums of
-	// step counts) stays 2^15 times below int64 overflow (D1, D12).
-	MaxStep = int64(1) << 48
+	// steps as doubles), window arithmetic on it (to−from+1, sums of
+	// step counts) stays 2^15 times below int64 overflow (D1, D12), and a
+	// stored step keeps the 16 bits above it for the incarnation (Ordinal).
+	MaxStep = int64(1)<<48 - 1
 	// MaxCount bounds the per-vector counters dropped and nested: 2^40.
 	// A window sums them over at most a few million vectors, so the sums
 	// stay below int64 overflow.

@@ -119,6 +119,21 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
+// BenchmarkReadTrace is the upload's and laggard trace's import of the
+// same input: Decode, then linking steps, launches and flows over the
+// whole trace and sorting it (issue 16 item 7d), events held in memory.
+func BenchmarkReadTrace(b *testing.B) {
+	data := synthetic(b, 32<<20)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, _, err := ReadTrace(bytes.NewReader(data), ReadOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkStdlibTokens walks the same input with encoding/json's token
 // stream and does nothing else: the ceiling of the alternative tokenizer,
 // for the choice documented in the package comment.

@@ -29,9 +29,10 @@
 //   - The legacy autograd-profiler export (torch without Kineto: a bare
 //     array, no "cat") is accepted; its events read as CPU ops.
 //
-// Memory: the tokenizer buffers one token (or one kept args value) at a
-// time, so a single pathological multi-MB string costs that much; every
-// other structure is fixed-size (step ring, launch ring, name table).
+// Memory: the tokenizer buffers one token (or one kept args value) and
+// the whitespace before it at a time, each bounded by
+// Options.MaxTokenBytes (4 MiB); every other structure is fixed-size
+// (step ring, launch ring, name table).
 //   - A flow event ("s"/"f"/"t") binds to the complete event just before
 //     it on the same pid/tid/ts (Kineto writes each flow right after its
 //     slice); it sets that event's FlowID (and Correlation when absent).
@@ -57,6 +58,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/laggard-dev/laggard/internal/signal/optrace"
+	"github.com/laggard-dev/laggard/internal/wire/bound"
 )
 
 // Options tunes the importer; the zero value is usable.
@@ -72,6 +74,19 @@ type Options struct {
 	// beyond it device work falls back to the step range by timestamp and
 	// NCCL kernels lose the inherited collective instance.
 	CorrelationWindow int
+	// MaxTokenBytes bounds one JSON string, number or literal, or one
+	// whitespace run between tokens (default
+	// bound.DefaultMaxTokenBytes, 4 MiB): the tokenizer holds a token
+	// and the whitespace before it whole, so without a bound a small gzip
+	// of whitespace costs gigabytes. Past it Decode fails with an error
+	// wrapping bound.ErrTooLarge (= laggardv1.ErrTooLarge).
+	MaxTokenBytes int64
+
+	// deferLinks (ReadTrace) leaves Step -1 on everything but ProfilerStep
+	// ranges, inherits no collective instance and hands flows to flow
+	// instead of binding them: link resolves them over the whole trace.
+	deferLinks bool
+	flow       func(flowRef) error
 }
 
 // Meta is what the file says about itself, plus counts.
@@ -97,6 +112,11 @@ type Meta struct {
 	Skipped  int64 `json:"skipped"`
 	Steps    int64 `json:"steps"`
 	Clipped  int64 `json:"clipped"`
+	// Reordered (ReadTrace) counts events that come before, in the file,
+	// the ProfilerStep range or the launch they belong to: the file is not
+	// in time order (the format requires none), and a reader that links
+	// in file order would have lost their step.
+	Reordered int64 `json:"reordered,omitempty"`
 }
 
 const (
@@ -124,8 +144,14 @@ func Decode(r io.Reader, opt Options, emit func(*optrace.Event) error) (Meta, er
 		defer gz.Close()
 		src = gz
 	}
-	d := newDecoder(src, opt, emit)
+	tl := bound.NewTokenLimitReader(src, opt.MaxTokenBytes)
+	d := newDecoder(tl, opt, emit)
 	err := d.run()
+	if terr := bound.Err(tl); terr != nil {
+		// The bound's own words (the run, its length and offset), not
+		// the tokenizer's read error wrapped around them.
+		err = fmt.Errorf("traceEvents: %w", terr)
+	}
 	return d.meta, err
 }
 
@@ -507,6 +533,12 @@ func (d *decoder) element(i int) error {
 		return d.complete(&r, ef)
 	case 's', 'f', 't':
 		d.meta.Flows++
+		if d.opt.deferLinks {
+			if r.id == 0 {
+				return nil
+			}
+			return d.opt.flow(flowRef{pid: r.pid, tid: r.tid, ts: r.ts, id: r.id})
+		}
 		if d.pending && d.ev.PID == r.pid && d.ev.StartNS == r.ts && r.id != 0 &&
 			(d.ev.TID == r.tid || d.ev.Stream == r.tid) {
 			d.ev.FlowID = r.id
@@ -579,7 +611,7 @@ func (d *decoder) complete(r *raw, ef func(string, error) error) error {
 		d.steps[d.nSteps%maxStepRanges] = stepRange{r.ts, r.ts + r.dur, n}
 		d.nSteps++
 		d.meta.Steps++
-	} else {
+	} else if !d.opt.deferLinks {
 		var slot *launch
 		if r.corr > 0 {
 			slot = &d.corr[r.corr%int64(len(d.corr))]

@@ -34,7 +34,9 @@ type ReadOptions struct {
 }
 
 // ReadTrace decodes one rank's trace into memory (the server's upload and
-// `laggard trace` share it): every event, args only with KeepArgs, and
+// `laggard trace` share it): every event, in any order (steps, launches
+// and flows are linked over the whole trace, Meta.Reordered counts what
+// came before what it belongs to), args only with KeepArgs, and
 // timestamps moved to epoch ns on the rank's clock — by the trace's
 // baseTimeNanoseconds when present, else by BaseNS — so ranks share a
 // time base before clock alignment (KAIR Feature 4). The trace's Rank is
@@ -44,7 +46,19 @@ func ReadTrace(r io.Reader, opt ReadOptions) (*optrace.Trace, Meta, error) {
 	if opt.Ctx != nil {
 		r = ctxReader{opt.Ctx, r}
 	}
-	meta, err := Decode(r, opt.Options, func(e *optrace.Event) error {
+	// Steps, launches and flows are linked after the whole file is read
+	// (link.go): the Chrome trace format requires no order.
+	var flows []flowRef
+	o := opt.Options
+	o.deferLinks = true
+	o.flow = func(f flowRef) error {
+		if opt.MaxEvents > 0 && len(flows) >= opt.MaxEvents {
+			return ErrTooManyEvents
+		}
+		flows = append(flows, f)
+		return nil
+	}
+	meta, err := Decode(r, o, func(e *optrace.Event) error {
 		if opt.MaxEvents > 0 && len(t.Events) >= opt.MaxEvents {
 			return ErrTooManyEvents
 		}
@@ -58,6 +72,7 @@ func ReadTrace(r io.Reader, opt ReadOptions) (*optrace.Trace, Meta, error) {
 	if err != nil {
 		return nil, meta, err
 	}
+	meta.Reordered = link(t.Events, flows)
 	t.Rank = meta.Rank
 	shift := opt.BaseNS
 	if meta.HasBaseTime {
@@ -74,6 +89,8 @@ func ReadTrace(r io.Reader, opt ReadOptions) (*optrace.Trace, Meta, error) {
 			e.StartNS = s
 		}
 	}
+	// One order whatever the file's: the engine breaks ties by position.
+	t.Sort()
 	return t, meta, nil
 }
 

@@ -134,7 +134,7 @@ func FuzzDecodeJob(f *testing.F) {
 	f.Add("", `{"id":"x","world_size":-1}`)
 	f.Add("j", `{"world_size":2,"schema":{"stages":"a"}}`)
 	f.Fuzz(func(t *testing.T, id, body string) {
-		j, err := DecodeJob(strings.NewReader(body), id, 1<<16)
+		j, _, err := DecodeJob(strings.NewReader(body), id, 1<<16)
 		if err != nil {
 			checkErr(t, err)
 			return
@@ -155,7 +155,7 @@ func FuzzDecodeRank(f *testing.F) {
 	f.Add(`{"rank":0,"role":null}`)
 	job := testJob()
 	f.Fuzz(func(t *testing.T, body string) {
-		rk, err := DecodeRank(strings.NewReader(body), job, 1<<16)
+		rk, _, err := DecodeRank(strings.NewReader(body), job, 1<<16)
 		if err != nil {
 			checkErr(t, err)
 			return

@@ -104,7 +104,7 @@ func TestD13_DuplicateKeysRejected(t *testing.T) {
 	}
 	for _, c := range jobs {
 		t.Run("job/"+c.name, func(t *testing.T) {
-			_, err := DecodeJob(strings.NewReader(c.body), "j1", 0)
+			_, _, err := DecodeJob(strings.NewReader(c.body), "j1", 0)
 			if f := fieldOf(t, err); f != c.field || !strings.Contains(err.Error(), "duplicate key") {
 				t.Fatalf("field %q, want %q with \"duplicate key\" (%v)", f, c.field, err)
 			}
@@ -116,7 +116,7 @@ func TestD13_DuplicateKeysRejected(t *testing.T) {
 	}
 	for _, c := range ranks {
 		t.Run("rank/"+c.name, func(t *testing.T) {
-			_, err := DecodeRank(strings.NewReader(c.body), testJob(), 0)
+			_, _, err := DecodeRank(strings.NewReader(c.body), testJob(), 0)
 			if f := fieldOf(t, err); f != c.field || !strings.Contains(err.Error(), "duplicate key") {
 				t.Fatalf("field %q, want %q with \"duplicate key\" (%v)", f, c.field, err)
 			}
@@ -131,8 +131,8 @@ func TestD13_ErrorsQuoteShortPrefix(t *testing.T) {
 	v := `{"step":1,"rank":0,"durations_ms":[1,2,3,4,5],"wall_ms":21`
 	type decode func(string) error
 	batch := func(b string) error { _, err := DecodeJSONBatch(strings.NewReader(b), testJob(), 0); return err }
-	job := func(b string) error { _, err := DecodeJob(strings.NewReader(b), "j1", 0); return err }
-	rank := func(b string) error { _, err := DecodeRank(strings.NewReader(b), testJob(), 0); return err }
+	job := func(b string) error { _, _, err := DecodeJob(strings.NewReader(b), "j1", 0); return err }
+	rank := func(b string) error { _, _, err := DecodeRank(strings.NewReader(b), testJob(), 0); return err }
 	cases := []struct {
 		name string
 		dec  decode

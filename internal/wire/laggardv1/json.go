@@ -96,13 +96,86 @@ func decodeBatch(r io.Reader, job *signal.Job, limit int64, unmarshal func([]byt
 }
 
 // UnmarshalJSONBatch is DecodeJSONBatch over an in-memory body. It does
-// not modify b.
+// not modify b. A batch naming an incarnation is read against job as
+// well; the API reads it with UnmarshalJSONBatchAt.
 func UnmarshalJSONBatch(b []byte, job *signal.Job) ([]stagevec.Vector, error) {
+	bt, err := UnmarshalJSONBatchAt(b, func(int) (*signal.Job, error) { return job, nil })
+	return bt.Vectors, err
+}
+
+// Batch is a decoded vector batch.
+type Batch struct {
+	// Incarnation is the job incarnation the client named
+	// (docs/design/roles-and-runs.md), -1 when it named none: the job's
+	// newest.
+	Incarnation int
+	Vectors     []stagevec.Vector
+}
+
+// JobAt returns the job as incarnation inc saw it (inc < 0: the newest) to
+// validate vectors against, or an error (naming the field "incarnation")
+// when inc cannot take vectors.
+type JobAt func(inc int) (*signal.Job, error)
+
+// UnmarshalJSONBatchAt decodes {"incarnation": N, "vectors": [...]} and
+// validates every vector against the job as incarnation N saw it. The
+// members may come in either order: a body naming an incarnation anywhere
+// but first is scanned for it before the vectors are decoded (clients put
+// it first, so that costs nothing).
+func UnmarshalJSONBatchAt(b []byte, at JobAt) (Batch, error) {
+	inc := -1
+	// Not first: scan for it (a body without the name costs one memchr-fast search).
+	if i := bytes.Index(b, incarnationName); i >= 0 && len(bytes.TrimLeft(b[:i], " \t\r\n{")) > 0 {
+		n, err := findIncarnation(b)
+		if err != nil {
+			return Batch{Incarnation: -1}, err
+		}
+		inc = n
+	}
+	bt, redo, err := unmarshalJSONBatch(b, at, inc)
+	if redo { // named with escapes the scan above does not see
+		bt, _, err = unmarshalJSONBatch(b, at, bt.Incarnation)
+	}
+	if err != nil {
+		bt.Vectors = nil // nothing of a refused batch is stored
+	}
+	return bt, err
+}
+
+var incarnationName = []byte(`"incarnation"`)
+
+// findIncarnation returns the top-level "incarnation" of a batch body (-1
+// when absent) without decoding the vectors.
+func findIncarnation(b []byte) (int, error) {
 	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
 	if err := expectDelim(dec, '{'); err != nil {
-		return nil, err
+		return -1, err
 	}
-	var out []stagevec.Vector
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return -1, jsonErr(err)
+		}
+		if tok.String() == "incarnation" {
+			return decodeIncarnation(dec)
+		}
+		if err := dec.SkipValue(); err != nil {
+			return -1, jsonErr(err)
+		}
+	}
+	return -1, nil // the full decode reports what is wrong with the body
+}
+
+// unmarshalJSONBatch is one pass of UnmarshalJSONBatchAt with the
+// incarnation inc (-1: not known yet). redo is true when the vectors were
+// validated against another layout than the incarnation the body names.
+func unmarshalJSONBatch(b []byte, at JobAt, inc int) (bt Batch, redo bool, err error) {
+	bt.Incarnation = inc
+	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
+	if err := expectDelim(dec, '{'); err != nil {
+		return bt, false, err
+	}
+	var used *signal.Job // the job the vectors were validated against
 	for {
 		k := dec.PeekKind()
 		if k == '}' {
@@ -110,26 +183,74 @@ func UnmarshalJSONBatch(b []byte, job *signal.Job) ([]stagevec.Vector, error) {
 		}
 		if k != '"' { // a syntax error (or EOF) the read reports
 			_, err := dec.ReadToken()
-			return nil, jsonErr(err)
+			return bt, false, jsonErr(err)
 		}
 		tok, err := dec.ReadToken() // a second "vectors" fails here: duplicate name
 		if err != nil {
-			return nil, jsonErr(err)
+			return bt, false, jsonErr(err)
 		}
-		if key := tok.String(); key != "vectors" {
-			return nil, &signal.FieldError{Field: pathOf(dec.StackPointer()), Msg: "unknown field"}
-		}
-		if out, err = decodeVectors(dec, job); err != nil {
-			return nil, err
+		switch tok.String() {
+		case "vectors":
+			if used, err = at(bt.Incarnation); err != nil {
+				return bt, false, err
+			}
+			if bt.Vectors, err = decodeVectors(dec, used); err != nil {
+				return bt, false, err
+			}
+		case "incarnation":
+			n, err := decodeIncarnation(dec)
+			if err != nil {
+				return bt, false, err
+			}
+			if inc >= 0 {
+				continue // the second pass knows it already
+			}
+			bt.Incarnation = n
+			if used != nil {
+				j, err := at(n)
+				if err != nil {
+					return bt, false, err
+				}
+				redo = j != used
+			}
+		default:
+			return bt, false, &signal.FieldError{Field: pathOf(dec.StackPointer()), Msg: "unknown field"}
 		}
 	}
 	if err := expectDelim(dec, '}'); err != nil {
-		return nil, err
+		return bt, false, err
 	}
 	if err := expectEOF(dec); err != nil {
-		return nil, err
+		return bt, false, err
 	}
-	return out, nil
+	if redo {
+		return bt, true, nil
+	}
+	if used == nil && bt.Incarnation >= 0 {
+		// No vectors, but the incarnation must still be one the job has.
+		if _, err := at(bt.Incarnation); err != nil {
+			return bt, false, err
+		}
+	}
+	return bt, false, nil
+}
+
+// decodeIncarnation reads a batch's "incarnation": an integer in
+// [0, signal.MaxIncarnation], or null for none (-1).
+func decodeIncarnation(dec *jsontext.Decoder) (int, error) {
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return 0, jsonErr(err)
+	}
+	switch tok.Kind() {
+	case 'n':
+		return -1, nil
+	case '0':
+		if f := tok.Float(); f == float64(int64(f)) && f >= 0 && f <= signal.MaxIncarnation {
+			return int(f), nil
+		}
+	}
+	return 0, &signal.FieldError{Field: "incarnation", Msg: fmt.Sprintf("must be an integer in [0, %d], got %s", signal.MaxIncarnation, clipMsg(tok.String()))}
 }
 
 func decodeVectors(dec *jsontext.Decoder, job *signal.Job) ([]stagevec.Vector, error) {
@@ -198,27 +319,49 @@ func walkArray(dec *jsontext.Decoder, field string, limit int, each func(i int, 
 	return jsonErr(err)
 }
 
-// DecodeJob decodes a job registration. The body's "id" may be omitted, in
-// which case id (from the URL) is used; a different id is an error. An
-// omitted schema means stagevec.DefaultSchema, as in stage-matrix files.
-func DecodeJob(r io.Reader, id string, limit int64) (*signal.Job, error) {
-	var j signal.Job
-	if err := decodeStrict(r, limit, &j); err != nil {
-		return nil, err
+// jobRegistration is a job registration's body: the job and, beside it,
+// the registering process (incarnations; docs/design/roles-and-runs.md).
+type jobRegistration struct {
+	signal.Job
+	signal.Process
+}
+
+// rankJoin is a rank join's body: the rank and the joining process.
+type rankJoin struct {
+	signal.Rank
+	signal.Process
+}
+
+// DecodeJob decodes a job registration and the process that sent it. The
+// body's "id" may be omitted, in which case id (from the URL) is used; a
+// different id is an error. An omitted schema means
+// stagevec.DefaultSchema, as in stage-matrix files. Incarnations are the
+// server's to describe: a body naming them is refused.
+func DecodeJob(r io.Reader, id string, limit int64) (*signal.Job, signal.Process, error) {
+	var reg jobRegistration
+	if err := decodeStrict(r, limit, &reg); err != nil {
+		return nil, signal.Process{}, err
 	}
+	j := &reg.Job
 	switch {
 	case j.ID == "":
 		j.ID = id
 	case id != "" && j.ID != id:
-		return nil, &signal.FieldError{Field: "id", Msg: fmt.Sprintf("%q does not match the URL's job id %q", signal.Clip(j.ID), signal.Clip(id))}
+		return nil, signal.Process{}, &signal.FieldError{Field: "id", Msg: fmt.Sprintf("%q does not match the URL's job id %q", signal.Clip(j.ID), signal.Clip(id))}
+	}
+	if j.Incarnations != nil {
+		return nil, signal.Process{}, &signal.FieldError{Field: "incarnations", Msg: "are kept by the server; send launch, process and started_ns instead"}
 	}
 	if j.Schema.Version == "" && len(j.Schema.Stages) == 0 && len(j.Schema.Probes) == 0 {
 		j.Schema = stagevec.DefaultSchema()
 	}
-	if err := validateJob(&j); err != nil {
-		return nil, err
+	if err := validateJob(j); err != nil {
+		return nil, signal.Process{}, err
 	}
-	return &j, nil
+	if err := reg.Process.Validate(); err != nil {
+		return nil, signal.Process{}, err
+	}
+	return j, reg.Process, nil
 }
 
 // validateJob is Job.Validate with rank errors rewritten to full paths
@@ -232,20 +375,25 @@ func validateJob(j *signal.Job) error {
 	return prefix("", j.Validate())
 }
 
-// DecodeRank decodes a rank join and validates it against job's world
-// size. An omitted role, or omitted role fields, mean unknown (-1).
-func DecodeRank(r io.Reader, job *signal.Job, limit int64) (*signal.Rank, error) {
-	rk := signal.Rank{Role: signal.UnknownRole}
-	if err := decodeStrict(r, limit, &rk); err != nil {
-		return nil, err
+// DecodeRank decodes a rank join and the process that sent it, and
+// validates it against job's world size. An omitted role, or omitted role
+// fields, mean unknown (-1).
+func DecodeRank(r io.Reader, job *signal.Job, limit int64) (*signal.Rank, signal.Process, error) {
+	jn := rankJoin{Rank: signal.Rank{Role: signal.UnknownRole}}
+	if err := decodeStrict(r, limit, &jn); err != nil {
+		return nil, signal.Process{}, err
 	}
+	rk := &jn.Rank
 	if err := rk.Validate(job.WorldSize); err != nil {
-		return nil, prefix("", err)
+		return nil, signal.Process{}, prefix("", err)
 	}
 	if len(rk.Role.Name) > 128 {
-		return nil, &signal.FieldError{Field: "role.name", Msg: "longer than 128 bytes"}
+		return nil, signal.Process{}, &signal.FieldError{Field: "role.name", Msg: "longer than 128 bytes"}
 	}
-	return &rk, nil
+	if err := jn.Process.Validate(); err != nil {
+		return nil, signal.Process{}, err
+	}
+	return rk, jn.Process, nil
 }
 
 // decodeStrict decodes exactly one JSON object into v.

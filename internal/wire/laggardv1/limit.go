@@ -6,11 +6,13 @@ import (
 	"io"
 
 	"github.com/laggard-dev/laggard/internal/signal"
+	"github.com/laggard-dev/laggard/internal/wire/bound"
 )
 
 // ErrTooLarge is wrapped by every decoder error caused by a body larger
-// than the caller's limit; servers map it to 413.
-var ErrTooLarge = errors.New("body too large")
+// than the caller's limit, or a token longer than its bound
+// (bound.NewTokenLimitReader); servers map it to 413.
+var ErrTooLarge = bound.ErrTooLarge
 
 // DefaultLimit is used when a caller passes limit <= 0.
 const DefaultLimit = 64 << 20

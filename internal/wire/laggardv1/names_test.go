@@ -56,18 +56,18 @@ func TestOrderHashConflict(t *testing.T) {
 // run id.
 func TestDecodeRankSchemaAndRunID(t *testing.T) {
 	job := testJob()
-	rk, err := DecodeRank(strings.NewReader(`{"rank":1,"role":{"dp":0,"tp":-1,"pp":1,"ep":-1},"schema":{"version":"pp/v1","stages":["recv.wait","step.other_cpu_wall"]}}`), job, 0)
+	rk, _, err := DecodeRank(strings.NewReader(`{"rank":1,"role":{"dp":0,"tp":-1,"pp":1,"ep":-1},"schema":{"version":"pp/v1","stages":["recv.wait","step.other_cpu_wall"]}}`), job, 0)
 	if err != nil || rk.Schema == nil || rk.Schema.Stages[0] != "recv.wait" || rk.Role.Group() != "pp1" {
 		t.Fatalf("rank with schema: %+v %v", rk, err)
 	}
-	if _, err := DecodeRank(strings.NewReader(`{"rank":1,"schema":{"version":"v","stages":["a","b"]}}`), job, 0); err == nil || !strings.Contains(err.Error(), "residual") {
+	if _, _, err := DecodeRank(strings.NewReader(`{"rank":1,"schema":{"version":"v","stages":["a","b"]}}`), job, 0); err == nil || !strings.Contains(err.Error(), "residual") {
 		t.Errorf("a rank schema without the residual: %v", err)
 	}
-	j, err := DecodeJob(strings.NewReader(`{"world_size":2,"run_id":"r-1"}`), "x", 0)
+	j, _, err := DecodeJob(strings.NewReader(`{"world_size":2,"run_id":"r-1"}`), "x", 0)
 	if err != nil || j.RunID != "r-1" || j.Schema.OrderHash() != stagevec.DefaultSchema().OrderHash() {
 		t.Fatalf("job with run id: %+v %v", j, err)
 	}
-	if _, err := DecodeJob(strings.NewReader(`{"world_size":2,"run_id":"`+strings.Repeat("r", 200)+`"}`), "x", 0); fieldOf(t, err) != "run_id" {
+	if _, _, err := DecodeJob(strings.NewReader(`{"world_size":2,"run_id":"`+strings.Repeat("r", 200)+`"}`), "x", 0); fieldOf(t, err) != "run_id" {
 		t.Errorf("long run id: %v", err)
 	}
 }

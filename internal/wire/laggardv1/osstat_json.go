@@ -18,6 +18,19 @@ const MaxBatchAbsent = 1 << 10
 // it. An omitted point "rank" or "cpu" means -1 (not a rank's / not a
 // CPU's), never rank or CPU 0. Errors name the record: points[2].value.
 func UnmarshalJSONOSStats(b []byte) (*osstat.Batch, error) {
+	out, _, err := unmarshalJSONOSStats(b, nil)
+	return out, err
+}
+
+// UnmarshalJSONOSStatsPartial is UnmarshalJSONOSStats keeping every valid
+// point and absence; the ones that fail validation are named in the
+// refusals. Malformed JSON or a bad batch field still refuses it whole.
+func UnmarshalJSONOSStatsPartial(b []byte, rules Rules) (*osstat.Batch, []Refusal, error) {
+	return unmarshalJSONOSStats(b, &rules)
+}
+
+func unmarshalJSONOSStats(b []byte, rules *Rules) (*osstat.Batch, []Refusal, error) {
+	partial := rules != nil
 	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
 	var out osstat.Batch
 	err := walkObject(dec, func(name string) error {
@@ -39,15 +52,22 @@ func UnmarshalJSONOSStats(b []byte) (*osstat.Batch, error) {
 		return unknownMember(dec)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := expectEOF(dec); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if partial {
+		sv := sifter{rules: *rules}
+		if err := sv.siftOS(&out); err != nil {
+			return nil, nil, err
+		}
+		return &out, sv.refused, nil
 	}
 	if err := out.Validate(); err != nil {
-		return nil, prefix("", err)
+		return nil, nil, prefix("", err)
 	}
-	return &out, nil
+	return &out, nil, nil
 }
 
 // MarshalJSONOSStats encodes b as UnmarshalJSONOSStats reads it.

@@ -23,33 +23,55 @@ func DecodeProtoBatch(r io.Reader, job *signal.Job, limit int64) ([]stagevec.Vec
 	return decodeBatch(r, job, limit, UnmarshalProtoBatch)
 }
 
-// UnmarshalProtoBatch is DecodeProtoBatch over an in-memory body.
+// UnmarshalProtoBatch is DecodeProtoBatch over an in-memory body; a
+// batch naming an incarnation is read against job as well (the API uses
+// UnmarshalProtoBatchAt).
 func UnmarshalProtoBatch(b []byte, job *signal.Job) ([]stagevec.Vector, error) {
+	bt, err := UnmarshalProtoBatchAt(b, func(int) (*signal.Job, error) { return job, nil })
+	return bt.Vectors, err
+}
+
+// UnmarshalProtoBatchAt decodes a laggard.v1.VectorBatch and validates
+// every vector against the job as the incarnation it names saw it (see
+// UnmarshalJSONBatchAt).
+func UnmarshalProtoBatchAt(b []byte, at JobAt) (Batch, error) {
+	bt := Batch{Incarnation: -1}
 	n, err := countField(b, 1)
 	if err != nil {
-		return nil, err
+		return bt, err
 	}
 	if n > MaxBatchVectors {
-		return nil, fmt.Errorf("%w: more than %d vectors in one batch", ErrTooLarge, MaxBatchVectors)
+		return bt, fmt.Errorf("%w: more than %d vectors in one batch", ErrTooLarge, MaxBatchVectors)
 	}
 	var batch pb.VectorBatch
 	if err := proto.Unmarshal(b, &batch); err != nil {
-		return nil, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + clipMsg(err.Error())}
+		return bt, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + clipMsg(err.Error())}
 	}
 	if u := batch.ProtoReflect().GetUnknown(); len(u) > 0 {
-		return nil, unknownField("", u)
+		return bt, unknownField("", u)
+	}
+	if batch.Incarnation != nil {
+		if *batch.Incarnation > signal.MaxIncarnation {
+			return bt, &signal.FieldError{Field: "incarnation", Msg: fmt.Sprintf("must be in [0, %d], got %d", signal.MaxIncarnation, *batch.Incarnation)}
+		}
+		bt.Incarnation = int(*batch.Incarnation)
+	}
+	job, err := at(bt.Incarnation)
+	if err != nil {
+		return bt, err
 	}
 	out := make([]stagevec.Vector, len(batch.Vectors))
 	for i, pv := range batch.Vectors {
 		path := "vectors[" + strconv.Itoa(i) + "]"
 		if err := fromProto(pv, &out[i], path); err != nil {
-			return nil, err
+			return Batch{Incarnation: bt.Incarnation}, err
 		}
 		if err := out[i].Validate(job); err != nil {
-			return nil, prefix(path, err)
+			return Batch{Incarnation: bt.Incarnation}, prefix(path, err)
 		}
 	}
-	return out, nil
+	bt.Vectors = out
+	return bt, nil
 }
 
 // countField counts top-level records of field num without decoding them,

@@ -25,6 +25,21 @@ const MaxBatchFrames = 1 << 21
 // the record: samples[3].frames[0].kind. An omitted frame "mapping" means
 // -1 (none), never mapping 0. b is not modified.
 func UnmarshalJSONStacks(b []byte) (*stack.Batch, error) {
+	out, _, err := unmarshalJSONStacks(b, nil)
+	return out, err
+}
+
+// UnmarshalJSONStacksPartial is UnmarshalJSONStacks keeping every valid
+// sample: one that fails validation (or uses a refused mapping) is left
+// out and named in the refusals. A body that is not well-formed JSON
+// (invalid UTF-8 included: RFC 8259 §8.1) or breaks the batch's own
+// fields and caps is still refused whole.
+func UnmarshalJSONStacksPartial(b []byte, rules Rules) (*stack.Batch, []Refusal, error) {
+	return unmarshalJSONStacks(b, &rules)
+}
+
+func unmarshalJSONStacks(b []byte, rules *Rules) (*stack.Batch, []Refusal, error) {
+	partial := rules != nil
 	dec := jsontext.NewDecoder(bytes.NewBuffer(b))
 	var out stack.Batch
 	frames := 0
@@ -58,18 +73,25 @@ func UnmarshalJSONStacks(b []byte) (*stack.Batch, error) {
 		return unknownMember(dec)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := expectEOF(dec); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if partial {
+		sv := sifter{rules: *rules}
+		if err := sv.siftStacks(&out); err != nil {
+			return nil, nil, err
+		}
+		return &out, sv.refused, nil
 	}
 	if err := checkFrameMappings(&out); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := out.Validate(); err != nil {
-		return nil, prefix("", err)
+		return nil, nil, prefix("", err)
 	}
-	return &out, nil
+	return &out, nil, nil
 }
 
 // checkFrameMappings refuses a frame mapping outside [-1, len(mappings))

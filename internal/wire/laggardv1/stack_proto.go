@@ -20,6 +20,7 @@ const MaxBatchStrings = 1 << 20
 // Field numbers of laggard.v1.StackBatch and StackSample the pre-decode
 // caps read (api/laggard/v1/stack.proto).
 const (
+	stackFieldNode     = 1
 	stackFieldStrings  = 6
 	stackFieldMappings = 7
 	stackFieldSamples  = 8
@@ -33,19 +34,41 @@ const (
 // proto.Unmarshal allocates, unknown fields rejected, string indexes
 // checked, the batch validated, errors naming samples[i].frames[j].field.
 func UnmarshalProtoStacks(b []byte) (*stack.Batch, error) {
+	out, _, err := unmarshalProtoStacks(b, nil)
+	return out, err
+}
+
+// UnmarshalProtoStacksPartial is UnmarshalProtoStacks keeping every valid
+// sample: a sample (or mapping) that fails — invalid UTF-8 in one of its
+// strings, a bad field — is left out and named in the refusals; only an
+// error of the batch itself (caps, window, rate, node, framing) refuses
+// the whole batch. Samples using a refused mapping are refused with it.
+func UnmarshalProtoStacksPartial(b []byte, rules Rules) (*stack.Batch, []Refusal, error) {
+	return unmarshalProtoStacks(b, &rules)
+}
+
+func unmarshalProtoStacks(b []byte, rules *Rules) (*stack.Batch, []Refusal, error) {
+	partial := rules != nil
 	if err := capStackBatch(b); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var badStr map[uint32]bool
+	if partial {
+		var err error
+		if b, badStr, _, err = patchInvalidStrings(b, utf8Patch{table: stackFieldStrings, header: map[protowire.Number]string{stackFieldNode: "node"}}); err != nil {
+			return nil, nil, err
+		}
 	}
 	var pbb pb.StackBatch
 	if err := proto.Unmarshal(b, &pbb); err != nil {
-		return nil, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + clipMsg(err.Error())}
+		return nil, nil, &signal.FieldError{Field: "body", Msg: "invalid protobuf: " + clipMsg(err.Error())}
 	}
 	if u := pbb.ProtoReflect().GetUnknown(); len(u) > 0 {
-		return nil, unknownField("", u)
+		return nil, nil, unknownField("", u)
 	}
 	strs := pbb.GetStrings()
 	if len(strs) > 0 && strs[0] != "" {
-		return nil, &signal.FieldError{Field: "strings[0]", Msg: "must be the empty string"}
+		return nil, nil, &signal.FieldError{Field: "strings[0]", Msg: "must be the empty string"}
 	}
 	str := func(i uint32, path func() string, field string) (string, error) {
 		if i == 0 {
@@ -54,111 +77,145 @@ func UnmarshalProtoStacks(b []byte) (*stack.Batch, error) {
 		if int64(i) >= int64(len(strs)) {
 			return "", &signal.FieldError{Field: path() + field, Msg: fmt.Sprintf("string index %d outside the table of %d", i, len(strs))}
 		}
+		if badStr[i] {
+			return "", &signal.FieldError{Field: path() + field, Msg: fmt.Sprintf("strings[%d] is not valid UTF-8", i)}
+		}
 		return strs[i], nil
 	}
 	out := &stack.Batch{Node: pbb.GetNode(), StartNS: pbb.GetStartNs(), EndNS: pbb.GetEndNs(), Hz: int(pbb.GetHz()), Ratio: pbb.GetRatio(), Dropped: pbb.GetDropped()}
 	if u := pbb.GetUnwind(); u != nil {
 		if unk := u.ProtoReflect().GetUnknown(); len(unk) > 0 {
-			return nil, unknownField("unwind", unk)
+			return nil, nil, unknownField("unwind", unk)
 		}
 		out.Unwind = stack.UnwindStats{FPFrames: u.GetFpFrames(), DWARFFrames: u.GetDwarfFrames(), FallbackFrames: u.GetFallbackFrames(),
 			PythonFrames: u.GetPythonFrames(), Truncated: u.GetTruncated()}
 	}
-	var err error
+	var sv sifter
+	if rules != nil {
+		sv.rules = *rules
+	}
 	if len(pbb.Mappings) > 0 {
 		out.Mappings = make([]stack.Mapping, len(pbb.Mappings))
 	}
 	for i, pm := range pbb.Mappings {
-		path := "mappings[" + strconv.Itoa(i) + "]"
-		if pm == nil {
-			return nil, &signal.FieldError{Field: path, Msg: "null mapping"}
-		}
-		if u := pm.ProtoReflect().GetUnknown(); len(u) > 0 {
-			return nil, unknownField(path, u)
-		}
-		m := &out.Mappings[i]
-		m.Start, m.Limit, m.Offset = pm.GetStart(), pm.GetLimit(), pm.GetOffset()
-		mp := func() string { return path }
-		if m.BuildID, err = str(pm.GetBuildId(), mp, ".build_id"); err != nil {
-			return nil, err
-		}
-		if m.Path, err = str(pm.GetPath(), mp, ".path"); err != nil {
-			return nil, err
+		if err := decodeProtoMapping(pm, &out.Mappings[i], i, str); err != nil {
+			if !partial {
+				return nil, nil, err
+			}
+			sv.refuseMapping(i, err)
 		}
 	}
 	if len(pbb.Samples) > 0 {
 		out.Samples = make([]stack.Sample, len(pbb.Samples))
 	}
 	for i, ps := range pbb.Samples {
-		// Paths are built only for errors: a batch has ~10^5 frames.
-		path := func() string { return "samples[" + strconv.Itoa(i) + "]" }
-		if ps == nil {
-			return nil, &signal.FieldError{Field: path(), Msg: "null sample"}
-		}
-		if u := ps.ProtoReflect().GetUnknown(); len(u) > 0 {
-			return nil, unknownField(path(), u)
-		}
-		s := &out.Samples[i]
-		*s = stack.Sample{Rank: int(ps.GetRank()), PID: int(ps.GetPid()), TID: int(ps.GetTid()), Foreign: ps.GetForeign(), Count: ps.GetCount(), Truncated: ps.GetTruncated()}
-		if s.Comm, err = str(ps.GetComm(), path, ".comm"); err != nil {
-			return nil, err
-		}
-		if s.Thread, err = str(ps.GetThread(), path, ".thread"); err != nil {
-			return nil, err
-		}
-		n := len(ps.Kind)
-		for _, f := range []struct {
-			name string
-			l    int
-		}{{"addr", len(ps.Addr)}, {"mapping", len(ps.Mapping)}, {"func", len(ps.Func)}, {"file", len(ps.File)}, {"line", len(ps.Line)}} {
-			if f.l != 0 && f.l != n {
-				return nil, &signal.FieldError{Field: path() + "." + f.name, Msg: fmt.Sprintf("%d entries for %d frames: send none or one per frame", f.l, n)}
+		if err := decodeProtoSample(ps, &out.Samples[i], i, len(out.Mappings), str); err != nil {
+			if !partial {
+				return nil, nil, err
 			}
-		}
-		if n == 0 {
-			continue // Validate names the empty stack
-		}
-		s.Frames = make([]stack.Frame, n)
-		for j := range s.Frames {
-			fr := &s.Frames[j]
-			fp := func() string { return path() + ".frames[" + strconv.Itoa(j) + "]" }
-			k := ps.Kind[j]
-			if k > 255 {
-				return nil, &signal.FieldError{Field: fp() + ".kind", Msg: fmt.Sprintf("invalid kind %d", k)}
-			}
-			fr.Kind, fr.Mapping = stack.Kind(k), -1
-			if len(ps.Addr) > 0 {
-				fr.Addr = ps.Addr[j]
-			}
-			if len(ps.Mapping) > 0 {
-				m := ps.Mapping[j]
-				if m > uint32(len(out.Mappings)) {
-					return nil, &signal.FieldError{Field: fp() + ".mapping", Msg: fmt.Sprintf("%d does not index the batch's %d mappings", int64(m)-1, len(out.Mappings))}
-				}
-				fr.Mapping = int32(m) - 1
-			}
-			if len(ps.Func) > 0 {
-				if fr.Func, err = str(ps.Func[j], fp, ".func"); err != nil {
-					return nil, err
-				}
-			}
-			if len(ps.File) > 0 {
-				if fr.File, err = str(ps.File[j], fp, ".file"); err != nil {
-					return nil, err
-				}
-			}
-			if len(ps.Line) > 0 {
-				if ps.Line[j] > 1<<31-1 {
-					return nil, &signal.FieldError{Field: fp() + ".line", Msg: "above 2^31-1"}
-				}
-				fr.Line = int32(ps.Line[j])
-			}
+			sv.refuseSample(i, err)
 		}
 	}
-	if err := out.Validate(); err != nil {
-		return nil, prefix("", err)
+	if !partial {
+		if err := out.Validate(); err != nil {
+			return nil, nil, prefix("", err)
+		}
+		return out, nil, nil
 	}
-	return out, nil
+	if err := sv.siftStacks(out); err != nil {
+		return nil, nil, err
+	}
+	return out, sv.refused, nil
+}
+
+// decodeProtoMapping fills m from pm; errors name mappings[i].field.
+func decodeProtoMapping(pm *pb.StackMapping, m *stack.Mapping, i int, str func(uint32, func() string, string) (string, error)) error {
+	path := "mappings[" + strconv.Itoa(i) + "]"
+	if pm == nil {
+		return &signal.FieldError{Field: path, Msg: "null mapping"}
+	}
+	if u := pm.ProtoReflect().GetUnknown(); len(u) > 0 {
+		return unknownField(path, u)
+	}
+	m.Start, m.Limit, m.Offset = pm.GetStart(), pm.GetLimit(), pm.GetOffset()
+	mp := func() string { return path }
+	var err error
+	if m.BuildID, err = str(pm.GetBuildId(), mp, ".build_id"); err != nil {
+		return err
+	}
+	if m.Path, err = str(pm.GetPath(), mp, ".path"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// decodeProtoSample fills s from ps; errors name samples[i].field.
+func decodeProtoSample(ps *pb.StackSample, s *stack.Sample, i, mappings int, str func(uint32, func() string, string) (string, error)) error {
+	// Paths are built only for errors: a batch has ~10^5 frames.
+	path := func() string { return "samples[" + strconv.Itoa(i) + "]" }
+	if ps == nil {
+		return &signal.FieldError{Field: path(), Msg: "null sample"}
+	}
+	if u := ps.ProtoReflect().GetUnknown(); len(u) > 0 {
+		return unknownField(path(), u)
+	}
+	*s = stack.Sample{Rank: int(ps.GetRank()), PID: int(ps.GetPid()), TID: int(ps.GetTid()), Foreign: ps.GetForeign(), Count: ps.GetCount(), Truncated: ps.GetTruncated()}
+	var err error
+	if s.Comm, err = str(ps.GetComm(), path, ".comm"); err != nil {
+		return err
+	}
+	if s.Thread, err = str(ps.GetThread(), path, ".thread"); err != nil {
+		return err
+	}
+	n := len(ps.Kind)
+	for _, f := range []struct {
+		name string
+		l    int
+	}{{"addr", len(ps.Addr)}, {"mapping", len(ps.Mapping)}, {"func", len(ps.Func)}, {"file", len(ps.File)}, {"line", len(ps.Line)}} {
+		if f.l != 0 && f.l != n {
+			return &signal.FieldError{Field: path() + "." + f.name, Msg: fmt.Sprintf("%d entries for %d frames: send none or one per frame", f.l, n)}
+		}
+	}
+	if n == 0 {
+		return nil // Validate names the empty stack
+	}
+	s.Frames = make([]stack.Frame, n)
+	for j := range s.Frames {
+		fr := &s.Frames[j]
+		fp := func() string { return path() + ".frames[" + strconv.Itoa(j) + "]" }
+		k := ps.Kind[j]
+		if k > 255 {
+			return &signal.FieldError{Field: fp() + ".kind", Msg: fmt.Sprintf("invalid kind %d", k)}
+		}
+		fr.Kind, fr.Mapping = stack.Kind(k), -1
+		if len(ps.Addr) > 0 {
+			fr.Addr = ps.Addr[j]
+		}
+		if len(ps.Mapping) > 0 {
+			m := ps.Mapping[j]
+			if m > uint32(mappings) {
+				return &signal.FieldError{Field: fp() + ".mapping", Msg: fmt.Sprintf("%d does not index the batch's %d mappings", int64(m)-1, mappings)}
+			}
+			fr.Mapping = int32(m) - 1
+		}
+		if len(ps.Func) > 0 {
+			if fr.Func, err = str(ps.Func[j], fp, ".func"); err != nil {
+				return err
+			}
+		}
+		if len(ps.File) > 0 {
+			if fr.File, err = str(ps.File[j], fp, ".file"); err != nil {
+				return err
+			}
+		}
+		if len(ps.Line) > 0 {
+			if ps.Line[j] > 1<<31-1 {
+				return &signal.FieldError{Field: fp() + ".line", Msg: "above 2^31-1"}
+			}
+			fr.Line = int32(ps.Line[j])
+		}
+	}
+	return nil
 }
 
 // capStackBatch checks the record caps on the encoded batch.

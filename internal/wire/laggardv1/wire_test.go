@@ -195,7 +195,7 @@ func TestDecodeJob(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			j, err := DecodeJob(strings.NewReader(c.body), c.id, 0)
+			j, _, err := DecodeJob(strings.NewReader(c.body), c.id, 0)
 			if c.field != "" {
 				if f := fieldOf(t, err); f != c.field {
 					t.Fatalf("field %q, want %q (%v)", f, c.field, err)
@@ -214,7 +214,7 @@ func TestDecodeJob(t *testing.T) {
 
 func TestDecodeRank(t *testing.T) {
 	job := testJob()
-	rk, err := DecodeRank(strings.NewReader(`{"rank":3,"host":"h","local_rank":1,"role":{"dp":3,"name":"dense"}}`), job, 0)
+	rk, _, err := DecodeRank(strings.NewReader(`{"rank":3,"host":"h","local_rank":1,"role":{"dp":3,"name":"dense"}}`), job, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestDecodeRank(t *testing.T) {
 		t.Fatalf("got %+v, want %+v", *rk, want)
 	}
 	// A null role is an unknown role, as an omitted one is.
-	rk, err = DecodeRank(strings.NewReader(`{"rank":1,"role":null}`), job, 0)
+	rk, _, err = DecodeRank(strings.NewReader(`{"rank":1,"role":null}`), job, 0)
 	if err != nil || rk.Role != signal.UnknownRole {
 		t.Fatalf("null role: %+v, %v; want the unknown role", rk, err)
 	}
@@ -235,7 +235,7 @@ func TestDecodeRank(t *testing.T) {
 		`{"rank":0,"role":{"tp":""}}`: "role.tp",
 		`{"rank":0}{"rank":1}`:        "body",
 	} {
-		_, err := DecodeRank(strings.NewReader(body), job, 0)
+		_, _, err := DecodeRank(strings.NewReader(body), job, 0)
 		if f := fieldOf(t, err); f != field {
 			t.Errorf("%s: field %q, want %q (%v)", body, f, field, err)
 		}

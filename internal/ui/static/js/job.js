@@ -168,6 +168,30 @@ function mountSysom(main, model) {
 
 // jobHead is the title and the window / reference controls: the keyboard
 // and form alternative to brushing.
+// launchSelector chooses the incarnation (launch) the page reads when the
+// job restarted: the newest by default, any earlier one, or all of them on
+// one axis with each restart marked. Absent for a job launched once.
+function launchSelector(p, rep, job) {
+  const inc = (rep && rep.incarnations) || null;
+  const list = (inc && inc.list) || (job && job.incarnations) || [];
+  if (list.length < 2) return null;
+  const cur = p.get('incarnation') || '';
+  const newest = list[list.length - 1].n;
+  const words = { first: 'first launch', restart: 'a rank restarted', launch: 'new launch', run_id: 'resubmitted', layout: 'new layout' };
+  const btn = (value, label, title) => el('button', { type: 'button', class: cur === value ? 'on' : null, 'data-incarnation': value || 'newest', title,
+    onclick: () => go({ incarnation: value || null, from: null, to: null, last: null, ref_from: null, ref_to: null, step: null }) }, label);
+  return el('div', { class: 'winsel launches', role: 'group', 'aria-label': 'launch' },
+    el('span', { class: 'lbl' }, 'Launch'),
+    el('div', { class: 'seg' },
+      list.map((s) => {
+        const steps = s.first_step >= 0 ? `steps ${fmtInt(s.first_step)}–${fmtInt(s.last_step)}` : 'no steps';
+        const lost = (s.unshipped || []).length ? ` · ${s.unshipped.length} rank(s) ended without shipping their last steps` : '';
+        const v = s.n === newest ? '' : String(s.n);
+        return btn(v, `#${s.n}${s.n === newest ? ' (newest)' : ''}`, `${words[s.reason] || s.reason}${s.detail ? ': ' + s.detail : ''} · ${steps}${lost}`);
+      }),
+      btn('all', 'all', 'every launch on one axis, each restart marked')));
+}
+
 export function jobHead(route, model, view) {
   const p = route.params;
   const rep = model && model.rep;
@@ -237,9 +261,10 @@ export function jobHead(route, model, view) {
     el('div', { class: 'title' }, el('h1', { class: 'mono' }, route.id), name && name !== route.id ? el('span', { class: 'name' }, name) : null,
       el('span', { class: 'muted meta' }, [
         ranks ? `${fmtInt(ranks)} ranks` : null,
-        job && job.vectors > 0 ? `steps ${fmtInt(job.first_step)}–${fmtInt(job.last_step)} stored` : null,
+        job && job.vectors > 0 && job.first_step >= 0 ? `steps ${fmtInt(job.first_step)}–${fmtInt(job.last_step)} stored${(job.incarnations || []).length > 1 ? ' in the newest launch' : ''}` : null,
         rep && rep.window ? `showing ${fmtInt(rep.window.from)}–${fmtInt(rep.window.to)}` : null,
       ].filter(Boolean).join(' · '))),
+    launchSelector(p, rep, job),
     el('div', { class: 'controls' }, windowForm, refForm),
     view && view.error ? el('p', { class: 'error-line', role: 'alert' }, view.error.message, view.error.field ? ` (field: ${view.error.field})` : '') : null);
 }

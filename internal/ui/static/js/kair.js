@@ -33,7 +33,7 @@ const STATE_HELP = {
   expired: 'the deadline passed before enough ranks uploaded',
   cancelled: 'cancelled by an operator',
 };
-const VERDICT = { culprit: 'root cause found', none: 'nothing to blame', inconclusive: 'inconclusive' };
+const VERDICT = { culprit: 'root cause found', culprit_rank: 'culprit rank found', none: 'nothing to blame', inconclusive: 'inconclusive' };
 const RHYTHM = { straggler: 'straggler', none: 'rhythms agree', inconclusive: 'inconclusive' };
 const KIND = { op: 'operator', edge: 'dependency edge', inconclusive: 'inconclusive' };
 const CAT_COLOR = {
@@ -294,7 +294,8 @@ function capturesCard(kr, ctx) {
     el('td', { class: 'mono' }, c.id),
     el('td', {}, el('span', { class: 'badge kr-state state-' + c.state, title: STATE_HELP[c.state] || '' }, c.state)),
     el('td', {}, c.trigger),
-    el('td', { class: 'kr-cap-reason' }, c.reason || ''),
+    el('td', { class: 'kr-cap-reason' }, c.reason || '', c.incarnation > 0 ? el('span', { class: 'muted' }, ` · launch #${c.incarnation}`) : null,
+      c.note ? el('div', { class: 'muted kr-cap-note' }, c.note) : null),
     el('td', { class: 'mono' }, fmtDate(c.created_ns)),
     el('td', { class: 'num' }, `${fmtInt(c.start_step)} +${fmtInt(c.steps)}${c.every > 1 ? ` ×${c.every}` : ''}`),
     el('td', { class: 'num kr-uploads', title: `fetched ${len(c.fetched)} · uploaded ${up} · asked ${asked}` }, `${fmtInt(up)} / ${fmtInt(asked)}`,
@@ -367,9 +368,33 @@ function headlineCard(r, c) {
       rh ? el('span', { class: 'badge kr-rhythm-badge rhythm-' + rh.verdict }, `Stage 1: ${RHYTHM[rh.verdict] || rh.verdict}${rh.verdict === 'straggler' ? ' r' + rh.straggler : ''}`) : null,
       el('span', { class: 'muted small' }, `capture ${c.id} · ${fmtInt(len(r.ranks))} ranks · ${fmtInt(events)} events · ${fmtInt(len(r.steps))} common steps, ${fmtInt(len(r.analysed))} analysed`)),
     el('p', { class: 'kr-headline-text' }, r.headline || ''),
+    impactLine(r.impact),
+    leftOutLine(r.left_out),
     v === 'inconclusive' ? el('p', { class: 'note kr-inconclusive' }, 'Inconclusive: the evidence does not single out an operator or a dependency, so none is named.') : null,
     clock.length ? el('p', { class: 'small muted kr-clock' }, `clocks: ${methods.join(', ') || '—'} · worst residual ${fmtNS(worst)}`,
       viol ? el('span', { class: 'bad' }, ` · ${fmtInt(viol)} barrier violations after alignment`) : '') : null);
+}
+
+// What the judged candidate explains (issue 16 item 6a): how long the
+// other ranks waited for its rank at collectives, and the part it covers.
+function impactLine(im) {
+  if (!im) return null;
+  const attrs = { class: 'small kr-impact', 'data-material': String(!!im.material), 'data-rank': String(im.rank) };
+  if (!im.checked) {
+    return el('p', attrs, `No collective joins the ranks in the analysed steps, so whether the others waited for rank ${im.rank} was not measured (${fmtNS(im.excess_ns)} per step over its peers).`);
+  }
+  const what = (im.causes || []).length > 1 ? 'its candidates account' : 'the cause accounts';
+  const share = im.step_ns > 0 ? Math.round((100 * im.explained_ns) / im.step_ns) : 0;
+  return el('p', attrs,
+    `The other ranks waited ${fmtNS(im.held_ns)} per step for rank ${im.rank}; ${what} for ${fmtNS(im.explained_ns)} of it, ${share}% of the median step (${fmtNS(im.step_ns)}).`,
+    im.material ? null : el('span', { class: 'bad' }, ' Not enough to explain the step time: no culprit is named.'));
+}
+
+// Ranks whose traces share no step with the compared ones (item 7b).
+function leftOutLine(lo) {
+  if (!lo || !lo.length) return null;
+  const parts = lo.map((x) => (x.steps > 0 ? `rank ${x.rank} (steps ${x.first_step}–${x.last_step})` : `rank ${x.rank} (no step numbers)`));
+  return el('p', { class: 'note kr-left-out' }, `Left out, no step shared with the others: ${parts.join(', ')}.`);
 }
 
 // ---------- Stage 1: K-S heatmap ----------

@@ -7,7 +7,7 @@
 //
 // Report parameters are passed to GET /api/v1/jobs/<id>/report as they
 // are; the others only change what the page shows.
-const REPORT_PARAMS = ['from', 'to', 'last', 'ref_from', 'ref_to', 'compare', 'no_reference', 'group', 'tau', 'model_fit'];
+const REPORT_PARAMS = ['from', 'to', 'last', 'ref_from', 'ref_to', 'compare', 'no_reference', 'group', 'tau', 'model_fit', 'incarnation'];
 
 export function parseRoute(hash = location.hash) {
   const h = hash.replace(/^#/, '') || '/';

@@ -269,10 +269,11 @@ function reportCard(r) {
           el('td', { class: 'num', title: s.align === 'entry' ? 'aligned by entry: assumes synchronized host clocks' : s.align ? `aligned by ${s.align}` : null }, fmtInt(s.instances))))))));
   }
   if (wl.length) {
-    tables.push(el('div', {}, el('h3', {}, 'CPU waterline', el('span', { class: 'muted small' }, ' · a function’s CPU share on a rank above its group’s μ + kσ (§3.2)')),
+    tables.push(el('div', {}, el('h3', {}, 'CPU waterline', el('span', { class: 'muted small' }, ' · a function’s share of the rank’s own CPU samples (another process: of all its samples) above its group’s μ + kσ (§3.2)')),
       el('table', { class: 't sy-waterline' }, el('thead', {}, el('tr', {}, ['group', 'rank', 'function', 'share', 'group mean ± sd', 'z', 'samples'].map((h) => el('th', {}, h)))),
         el('tbody', {}, wl.map((f) => el('tr', { 'data-rank': f.rank, 'data-func': f.func }, el('td', { class: 'mono' }, f.group || '—'), el('td', {}, rankBtn(f.rank)),
-          el('td', { class: 'mono sy-func', title: [f.func, f.module, f.kind].filter(Boolean).join(' · ') }, f.func, f.new ? el('span', { class: 'badge finding differs' }, 'new') : null),
+          el('td', { class: 'mono sy-func', title: [f.func, f.module, f.kind].filter(Boolean).join(' · ') }, f.func, f.new ? el('span', { class: 'badge finding differs' }, 'new') : null,
+            f.on_time ? el('span', { class: 'badge finding matches', title: 'the rank enters its collectives on time: this CPU difference does not delay the group, so the rank is not diagnosed' }, 'on time') : null),
           el('td', { class: 'num bad' }, pct(f.fraction)), el('td', { class: 'num' }, `${pct(f.mean)} ± ${pct(f.sigma)}`),
           el('td', { class: 'num' }, fmtNum(f.z, 1)), el('td', { class: 'num' }, fmtInt(f.samples))))))));
   } else if (slow.length || diags.length) {

@@ -139,6 +139,15 @@ export function drawTimeline(host, o) {
     g.addEventListener('mouseleave', hideTip);
     svg.append(g);
   }
+  // Restarts (incarnation=all): a dashed line where each launch begins.
+  for (const r of tl.restarts || []) {
+    const cx = x(r.at);
+    const label = `↻ launch #${r.incarnation} (step ${fmtInt(r.step)})`;
+    svg.append(sv('g', { class: 'restart', 'data-step': r.at, 'data-incarnation': r.incarnation, 'aria-label': label },
+      sv('line', { x1: cx, x2: cx, y1: M.t, y2: M.t + ih, 'stroke-dasharray': '4 3', stroke: '#8250df' }),
+      sv('text', { class: 'cp-label', x: cx + 4, y: M.t + ih - 6 }, label),
+      sv('title', {}, `${label}: ${r.reason}`)));
+  }
   // Stage change points: small ticks on the step axis in the stage's colour.
   for (const c of tl.stage_change_points || []) {
     const cx = x(c.step);

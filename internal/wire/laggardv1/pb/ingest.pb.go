@@ -29,8 +29,12 @@ const (
 // VectorBatch is one ingest request: every vector is validated and the
 // batch is stored atomically or not at all.
 type VectorBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Vectors       []*Vector              `protobuf:"bytes,1,rep,name=vectors,proto3" json:"vectors,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Vectors []*Vector              `protobuf:"bytes,1,rep,name=vectors,proto3" json:"vectors,omitempty"`
+	// The job incarnation the sending process belongs to, from the job
+	// registration and rank join answers (docs/design/roles-and-runs.md);
+	// absent: the job's newest.
+	Incarnation   *uint32 `protobuf:"varint,2,opt,name=incarnation,proto3,oneof" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -70,6 +74,13 @@ func (x *VectorBatch) GetVectors() []*Vector {
 		return x.Vectors
 	}
 	return nil
+}
+
+func (x *VectorBatch) GetIncarnation() uint32 {
+	if x != nil && x.Incarnation != nil {
+		return *x.Incarnation
+	}
+	return 0
 }
 
 // Vector is what one rank reports for one logical step (or one
@@ -259,9 +270,11 @@ var File_laggard_v1_ingest_proto protoreflect.FileDescriptor
 const file_laggard_v1_ingest_proto_rawDesc = "" +
 	"\n" +
 	"\x17laggard/v1/ingest.proto\x12\n" +
-	"laggard.v1\";\n" +
+	"laggard.v1\"r\n" +
 	"\vVectorBatch\x12,\n" +
-	"\avectors\x18\x01 \x03(\v2\x12.laggard.v1.VectorR\avectors\"\xfa\x02\n" +
+	"\avectors\x18\x01 \x03(\v2\x12.laggard.v1.VectorR\avectors\x12%\n" +
+	"\vincarnation\x18\x02 \x01(\rH\x00R\vincarnation\x88\x01\x01B\x0e\n" +
+	"\f_incarnation\"\xfa\x02\n" +
 	"\x06Vector\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\x05R\x04rank\x12\x14\n" +
@@ -317,6 +330,7 @@ func file_laggard_v1_ingest_proto_init() {
 	if File_laggard_v1_ingest_proto != nil {
 		return
 	}
+	file_laggard_v1_ingest_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
