@@ -243,6 +243,14 @@ class _Tally:
         return d
 
 
+def _lost_incarnation(e):
+    """A 400 refusing the batch's incarnation as one the server does not
+    have (a job deleted and registered again meanwhile): the process
+    registers again and learns the one to send. (An "unknown field" refusal
+    never gets here: the sink sends that route's batches without it.)"""
+    return e.status == 400 and e.field == "incarnation"
+
+
 def refused_cells(err, n):
     """Indexes of the single items a 409 refuses (incarnation protocol: a
     conflicting re-send of a stored cell names it, "field": "vectors[3]";
@@ -819,6 +827,9 @@ class Shipper:
             self._c_unreported = pending + len(calls)
             if e.status in _FATAL:
                 pass  # collectives stop below; their comms with them
+            elif _lost_incarnation(e):
+                c.return_comms(comms)  # no comm was at fault
+                self._registered = False  # the answer names the incarnation to send
             elif e.status == 400 and not (e.field or "").startswith("calls["):
                 # A refusal naming no call: a comm may be the cause; each
                 # record survives _COMM_TRIES of them, so none poisons every
@@ -1072,7 +1083,7 @@ class Shipper:
                     return
                 fatal = e.status in _FATAL
                 self._drop(batch, pending, str(e), quiet=fatal or e.status == 409)
-                if e.status == 404:  # server forgot the job (restart): register again
+                if e.status == 404 or _lost_incarnation(e):  # server forgot the job or incarnation: register again
                     self._registered = False
                 elif e.status == 429 or e.status == 503:
                     self._failed(e.retry_after if e.retry_after else 1.0)  # queue keeps filling, drops are counted

@@ -166,7 +166,10 @@ class HTTPSink:
         self._cap = None  # set_deadline()
         # Shared with clone()s (the capture uploader's sink), so they send
         # the incarnation the shipper's registration learned.
-        self._meta = {"incarnation": None, "identity": None, "legacy": False, "client": True}
+        # "plain": the batch routes ("vectors", "collectives") whose decoder
+        # refused "incarnation" as an unknown field: a server that keeps
+        # incarnations but not yet on that route gets its batches without.
+        self._meta = {"incarnation": None, "identity": None, "legacy": False, "client": True, "plain": set()}
 
     @property
     def request_timeout(self):
@@ -270,12 +273,12 @@ class HTTPSink:
         m["legacy"] = True
         return self._request(method, path, _json(body), op)
 
-    def _head(self, client):
+    def _head(self, client, op):
         """The members that go before a batch's items: incarnation and,
         when the server takes them, the stream's counters."""
         m = self._meta
         inc = m["incarnation"]
-        if inc is None:
+        if inc is None or op in m["plain"]:
             return ""
         h = '"incarnation":%d,' % inc
         if client is not None and m["client"]:
@@ -285,21 +288,24 @@ class HTTPSink:
     def _post_batch(self, path, build, client, op):
         """POSTs build(head) (a body, bytes or a list of bytes pieces). A
         server that refuses the head's fields as unknown gets the batch
-        again without them (not dropped)."""
+        again without them (not dropped): the counters then stay off, and
+        the incarnation stays off for that route only (polls and the other
+        batch route keep it). Any other refusal of "incarnation" (one the
+        server no longer has) is raised: the shipper registers again."""
         try:
-            return self._post(path, build(self._head(client)), op)
+            return self._post(path, build(self._head(client, op)), op)
         except ShipError as e:
             m = self._meta
-            if e.status != 400 or not self._head(client):
+            if e.status != 400 or not self._head(client, op):
                 raise
             f = e.field or ""
             if f == "client" or f.startswith("client."):
                 m["client"] = False
-            elif f == "incarnation":
-                m["incarnation"] = None
+            elif f == "incarnation" and "unknown field" in e.detail:
+                m["plain"].add(op)
             else:
                 raise
-        return self._post(path, build(self._head(client)), op)
+        return self._post(path, build(self._head(client, op)), op)
 
     def _post(self, path, body, op):
         if isinstance(body, list):

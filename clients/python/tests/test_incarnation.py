@@ -22,7 +22,7 @@ from laggard import config  # noqa: E402
 from laggard import shipper as shipper_mod  # noqa: E402
 from laggard.sinks import HTTPSink  # noqa: E402
 from envutil import module_fixture  # noqa: E402
-from fakeserver import FakeServer  # noqa: E402
+from fakeserver import GO_SERVER_UNKNOWN, FakeServer  # noqa: E402
 
 setUpModule, tearDownModule = module_fixture()
 
@@ -409,9 +409,70 @@ class CollectivesAndPollsTest(unittest.TestCase):
         self.assertEqual(sink.register(job, {"rank": 0, "host": "h", "local_rank": 0}), 0)
         self.assertIsNone(sink.poll_validation(0))
         sink.post_validation("v1", {"rank": 0})
-        clone.poll_capture(0)
-        self.assertEqual(srv.query_incarnations, [("validation", 0), ("captures", 0)])
+        clone.poll_capture(0, 7)
+        clone.post_capture_trace("c1", 0, None, 0, {"X-Laggard-Capture-Error": "profiler failed"})
+        self.assertEqual(srv.query_incarnations, [("validation", 0), ("captures", 0), ("traces", 0)])
+        self.assertEqual(srv.poll_steps, {("pj", 0): [7]})  # the KAIR start step rides beside it
         self.assertTrue(any(r["path"].endswith("/results?incarnation=0") for r in srv.requests))
+
+    def test_polls_without_incarnation_for_a_server_without_them(self):
+        srv = FakeServer()  # answers no incarnation
+        self.addCleanup(srv.close)
+        sink = HTTPSink(srv.url, "pn", timeout=2.0)
+        sink.set_identity({"launch": "", "process": "h/1/2", "started_ns": 2})
+        self.addCleanup(sink.close)
+        job = {"id": "pn", "name": "pn", "world_size": 1, "schema": laggard.default_schema()}
+        self.assertIsNone(sink.register(job, {"rank": 0, "host": "h", "local_rank": 0}))
+        self.assertIsNone(sink.incarnation)
+        sink.poll_capture(0, 3)
+        sink.post_capture_trace("c1", 0, None, 0, {"X-Laggard-Capture-Error": "profiler failed"})
+        sink.poll_validation(0)
+        self.assertEqual(srv.query_incarnations, [])
+        self.assertFalse(any("incarnation" in r["path"] for r in srv.requests))
+
+    def test_collectives_route_without_incarnation_keeps_it_elsewhere(self):
+        # `laggard serve` keeps incarnations but its collectives decoder
+        # does not know the member yet (400 "incarnation: unknown field"):
+        # the batch goes again without it — not dropped — and vectors and
+        # polls keep theirs. Before: the first such 400 cleared the
+        # process's incarnation, so its vectors went to the newest one.
+        srv, cap, sh = self.make(unknown=GO_SERVER_UNKNOWN)
+        sh.offer((0, 0, 0, [1.0] * 6, 6.0, 0, None, 0))
+        self.assertTrue(wait_for(lambda: sh.sent == 1))
+        for i in range(3):
+            cap._put(_record(i))
+        self.assertTrue(wait_for(lambda: len(srv.calls()) == 3))
+        sh.offer((1, 0, 0, [1.0] * 6, 6.0, 0, None, 0))
+        self.assertTrue(sh.close(3))
+        st = sh.stats()
+        self.assertEqual((st["sent"], st["dropped"], st["collectives_dropped"], st["incarnation"]), (2, 0, 0, 0))
+        self.assertTrue(all("incarnation" not in b for b in srv.collective_batches()))
+        ok = [r["body"] for r in vector_posts(srv) if r["status"] == 200]
+        self.assertEqual([v["step"] for b in ok for v in b["vectors"]], [0, 1])
+        self.assertTrue(all(b.get("incarnation") == 0 and "client" not in b for b in ok))
+        clone = sh._sink.clone()
+        self.addCleanup(clone.close)
+        clone.poll_capture(0, 1)
+        self.assertEqual(srv.query_incarnations, [("captures", 0)])
+
+    def test_incarnation_the_server_lost_registers_again(self):
+        # A 400 naming "incarnation" that is not "unknown field" (the job
+        # was deleted and registered anew meanwhile): that batch is dropped
+        # and counted and the process registers again — never re-sent
+        # without the incarnation into whatever launch is newest.
+        def behaviour(method, path, n):
+            if path.endswith("/vectors") and n == 0:
+                return (400, {}, {"error": "incarnation: job \"cj\" has no incarnation 0 (its newest is 0)",
+                                  "field": "incarnation"}, 0)
+            return None
+        srv, cap, sh = self.make(behaviour)
+        sh.offer((0, 0, 0, [1.0] * 6, 6.0, 0, None, 0))
+        self.assertTrue(wait_for(lambda: sh.stats()["dropped"] == 1))
+        sh.offer((1, 0, 0, [1.0] * 6, 6.0, 0, None, 0))
+        self.assertTrue(sh.close(3))
+        self.assertEqual((sh.stats()["sent"], sh.stats()["dropped"]), (1, 1))
+        self.assertEqual(len([r for r in srv.requests if r["method"] == "PUT"]), 2)
+        self.assertTrue(all("incarnation" in r["body"] for r in vector_posts(srv)))
 
 
 class LargeBatchBodyTest(unittest.TestCase):
