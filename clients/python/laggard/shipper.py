@@ -922,6 +922,10 @@ class Shipper:
         self._v404 = 0
         if plan:
             try:
+                # The validator's one view of this process's incarnation (the
+                # one the plan was polled with: an int, or None for a server
+                # without incarnations), set before each plan it is offered.
+                v.incarnation = getattr(self._sink, "incarnation", None)
                 v.offer(plan)
             except Exception as e:  # pragma: no cover - offer() is defensive
                 self.errors += 1

@@ -415,6 +415,31 @@ class CollectivesAndPollsTest(unittest.TestCase):
         self.assertEqual(srv.poll_steps, {("pj", 0): [7]})  # the KAIR start step rides beside it
         self.assertTrue(any(r["path"].endswith("/results?incarnation=0") for r in srv.requests))
 
+    def test_validator_learns_the_incarnation_of_its_plans(self):
+        # laggard.validation reads Validator.incarnation (set by the shipper
+        # before each plan it offers): the incarnation the plan was polled
+        # with.
+        class StubValidator:
+            rank, pollable, _outbox = 0, True, ()
+
+            def __init__(self):
+                self.seen = []
+
+            def offer(self, plan):
+                self.seen.append((plan["id"], getattr(self, "incarnation", "unset")))
+
+            def take_results(self):
+                return []
+        srv, cap, sh = self.make()
+        srv.plans["cj"] = {"id": "v-1"}
+        v = StubValidator()
+        sh.attach(validator=v)
+        sh.offer((0, 0, 0, [1.0] * 6, 6.0, 0, None, 0))
+        self.assertTrue(wait_for(lambda: v.seen))
+        sh.close(3)
+        self.assertEqual(v.seen[0], ("v-1", 0))
+        self.assertIn(("validation", 0), srv.query_incarnations)
+
     def test_polls_without_incarnation_for_a_server_without_them(self):
         srv = FakeServer()  # answers no incarnation
         self.addCleanup(srv.close)
