@@ -21,8 +21,9 @@ Scenarios, each in processes of their own with no launcher variables:
               upload (error report) and validation poll with incarnation=N
   sigterm     60 steps with a 60 s flush interval, then SIGTERM: every
               vector must be stored, and the process dies of SIGTERM
-  sigkill     (--kill-runs N) 1,000 steps/s killed with SIGKILL after a
-              random 1-2 s: vectors made but never stored (the loss count)
+  sigkill     (--kill-runs N) paced loops (--kill-rates, default 1,000 and
+              10 steps/s) killed with SIGKILL after a random 1-2 s
+              (--kill-after): steps ended but never stored (the loss)
 Every request the client made and the server's answer is listed; any answer
 >= 400 the client did not expect (refused cells, the fallbacks above) fails
 the run.
@@ -46,6 +47,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from drops import start_server  # noqa: E402
 
 CHILD = r"""
 import json, os, sys, time, mmap
@@ -53,10 +56,10 @@ import laggard
 url, job, mode, first, last, ms, fi = sys.argv[1:8]
 first, last, ms, fi = int(first), int(last), float(ms), float(fi)
 p = laggard.Perf(server=url, job=job, rank=0, world_size=1, flush_interval=fi, capture=False, validation=False)
-if mode == "kill":  # paced 1,000 steps/s; the count of ended steps in a shared page
+if mode == "kill":  # a step every ms, paced; the count of ended steps in a shared page
     fd = os.open(sys.argv[8], os.O_RDWR)
     m = mmap.mmap(fd, 8)
-    period = 1e-3
+    period = ms / 1e3
     nxt = time.perf_counter()
     s = 0
     while True:
@@ -143,14 +146,6 @@ class Proxy:
         return out
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def child_env(extra=None):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("LAGGARD_", "TORCHELASTIC_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE")}
@@ -205,7 +200,9 @@ def unexpected(reqs, allow):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--laggard", required=True)
-    ap.add_argument("--kill-runs", type=int, default=0)
+    ap.add_argument("--kill-runs", type=int, default=0, help="SIGKILL runs per rate (0: none)")
+    ap.add_argument("--kill-rates", default="1000,10", help="steps/s of the SIGKILL runs")
+    ap.add_argument("--kill-after", type=float, default=1.0, help="kill after this to twice this many seconds")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
     a = ap.parse_args()
     sys.path.insert(0, CLIENT)
@@ -215,18 +212,8 @@ def main():
     from laggard.sinks import HTTPSink
 
     d = tempfile.mkdtemp(prefix="laggard-realserver-")
-    port = free_port()
-    srv = subprocess.Popen([a.laggard, "serve", "-addr", "127.0.0.1:%d" % port, "-kair-trigger", "off",
-                            "-greyhound-interval", "0", "-log-level", "warn", os.path.join(d, "store")],
-                           stdout=open(os.path.join(d, "serve.log"), "w"), stderr=subprocess.STDOUT)
-    base = "http://127.0.0.1:%d" % port
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(base + "/healthz", timeout=1).read()
-            break
-        except OSError:
-            time.sleep(0.1)
-    px = Proxy("127.0.0.1:%d" % port)
+    srv, base = start_server(a.laggard, d)  # the bench's: loopback, auto captures and Greyhound off
+    px = Proxy(base.split("//")[1])
     ck = Check()
     counters = lambda m, p, s, a: s == 400 and b'"field":"client"' in a  # noqa: E731
     try:
@@ -353,18 +340,20 @@ def main():
         ck.eq("vectors stored after SIGTERM", n, 60)
         ck.eq("answers >= 400 other than the counters' fallback", unexpected(reqs, counters), [])
 
-        if a.kill_runs:
-            print("sigkill: 1,000 steps/s, SIGKILL after 1-2 s (flush_interval 1 s, the default)")
+        for rate in (a.kill_rates.split(",") if a.kill_runs else ()):
+            rate = float(rate)
+            print("sigkill: %g steps/s, SIGKILL after %g-%g s (flush_interval 1 s, the default)" % (
+                rate, a.kill_after, 2 * a.kill_after))
             rnd = random.Random(16)
             lost = []
             for i in range(a.kill_runs):
                 page = os.path.join(d, "steps%d" % i)
                 with open(page, "wb") as f:
                     f.write(b"\0" * 8)
-                ch = subprocess.Popen([sys.executable, "-c", CHILD, px.url, "rk%d" % i, "kill", "0", "0", "0",
-                                       "1.0", page], env=child_env(), stdout=subprocess.DEVNULL,
+                ch = subprocess.Popen([sys.executable, "-c", CHILD, px.url, "rk%g-%d" % (rate, i), "kill", "0", "0",
+                                       str(1e3 / rate), "1.0", page], env=child_env(), stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL)
-                time.sleep(1 + rnd.random())
+                time.sleep(a.kill_after * (1 + rnd.random()))
                 ch.kill()
                 ch.wait()
                 with open(page, "rb") as f:
