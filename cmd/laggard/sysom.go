@@ -172,6 +172,7 @@ func runSysom(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	last := fs.Duration("last", 0, "analyse this last span before now (instead of -from/-to)")
 	baseFrom := fs.String("base-from", "", "baseline window start (default: the job's first steady window)")
 	baseTo := fs.String("base-to", "", "baseline window end")
+	inc := fs.String("incarnation", "", "a restarted job's launch to read: N, or \"all\" (default: the newest)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -194,6 +195,12 @@ func runSysom(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		if n != 0 {
 			q.Set(p.param, strconv.FormatInt(n, 10))
+		}
+	}
+	if *inc != "" {
+		q.Set(analysis.ParamIncarnation, *inc)
+		if _, err := analysis.ParseIncarnation(q); err != nil {
+			return fmt.Errorf("-incarnation: %w", err)
 		}
 	}
 	raw, _, err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(id)+"/sysom?"+q.Encode(), "", nil)

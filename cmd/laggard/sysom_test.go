@@ -84,6 +84,18 @@ func TestProfileImportExportAndSysom(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep["window"] == nil || rep["slow_ranks"] == nil {
 		t.Fatalf("sysom --json: %d %s", code, out)
 	}
+	// -incarnation reaches the server's rule: "all" is read, a launch the
+	// job does not have is the server's 400 naming the parameter, and a
+	// value that is no launch is refused before any request.
+	if out, errOut, code := runCmd(t, "sysom", "--json", "-server", url, "-job", "sj", "-incarnation", "all", "-from", from, "-to", to); code != 0 || !strings.Contains(out, `"window"`) {
+		t.Errorf("-incarnation all: %d %s %s", code, out, errOut)
+	}
+	if _, errOut, code := runCmd(t, "sysom", "-server", url, "-job", "sj", "-incarnation", "3"); code != 1 || !strings.Contains(errOut, "no incarnation 3") {
+		t.Errorf("-incarnation 3 of a job with one launch: %d %s", code, errOut)
+	}
+	if _, errOut, code := runCmd(t, "sysom", "-server", url, "-job", "sj", "-incarnation", "latest"); code != 1 || !strings.Contains(errOut, "-incarnation") {
+		t.Errorf("-incarnation latest: %d %s", code, errOut)
+	}
 	if _, errOut, code := runCmd(t, "sysom", "-server", url, "-job", "nope"); code != 1 || !strings.Contains(errOut, "404") {
 		t.Errorf("unknown job: %d %s", code, errOut)
 	}
