@@ -16,10 +16,10 @@ halves back once the shipper has caught up.
 
 Incarnations (issue 16 item 1, docs/design/roles-and-runs.md): the sink
 registers with this process's launch/process identity and sends the
-incarnation the server answered with every batch, together with the
-cumulative counters of this rank's stream ("client": offered, sent, acked,
-dropped, refused; "final" on the last batch of a clean close), so the
-server can tell how many vectors a process lost when it was killed. A 409
+incarnation the server answered with every batch. What a process loses
+when it is killed is counted where it can be: stats() counts every vector
+this process dropped, and the server counts the steps a restarted
+launch's ranks never shipped (its report's `incarnations`). A 409
 never turns shipping off: a refused registration is logged once at ERROR
 and retried with backoff; a refused vector (a conflicting re-send of a
 stored cell) is dropped alone, counted, and the rest of its batch goes on.
@@ -182,67 +182,6 @@ def _yield_gil():
     time.sleep(_YIELD_S)
 
 
-class _Counts:
-    """The cumulative counters of one (job, rank, kind) stream of this
-    process for one incarnation, carried over between successive Shippers
-    (a trainer that builds a Perf per fit())."""
-
-    __slots__ = ("offered", "sent", "acked", "dropped", "refused", "incarnation")
-
-    def __init__(self):
-        self.offered = self.sent = self.acked = self.dropped = self.refused = 0
-        self.incarnation = None
-
-
-_streams = {}
-_streams_lock = threading.Lock()
-
-
-def _stream(job, rank, kind):
-    key = (os.getpid(), job, rank, kind)
-    with _streams_lock:
-        c = _streams.get(key)
-        if c is None:
-            c = _streams[key] = _Counts()
-        return c
-
-
-class _Tally:
-    """A stream's counters as the server gets them: a base (what earlier
-    Shippers of this process counted for the same incarnation) plus this
-    Shipper's own, as (offered, sent, acked, dropped, refused). When the
-    server answers another incarnation, the counters start again for it,
-    carrying over only what the client still holds (it goes there)."""
-
-    def __init__(self, stream):
-        self.stream = stream
-        self.base = (stream.offered, stream.sent, stream.acked, stream.dropped, stream.refused)
-        self.inc = stream.incarnation
-
-    def totals(self, own):
-        return tuple(b + o for b, o in zip(self.base, own))
-
-    def check(self, inc, own):
-        if inc == self.inc:
-            return
-        t = self.totals(own)
-        held = t[0] - t[2] - t[3] - t[4]
-        self.base = (held - own[0], -own[1], -own[2], -own[3], -own[4])
-        self.inc = inc
-
-    def fold(self, own):
-        s = self.stream
-        s.offered, s.sent, s.acked, s.dropped, s.refused = self.totals(own)
-        s.incarnation = self.inc
-
-    def report(self, rank, own, final=False):
-        t = self.totals(own)
-        d = {"rank": rank, "offered": t[0], "sent": t[1], "acked": t[2], "dropped": t[3], "refused": t[4]}
-        if final:
-            d["final"] = True
-        return d
-
-
 def _lost_incarnation(e):
     """A 400 refusing the batch's incarnation as one the server does not
     have (a job deleted and registered again meanwhile): the process
@@ -285,9 +224,8 @@ class Shipper:
         # Sinks that take JSON text (HTTPSink, FileSink) get each vector
         # encoded as it arrives; a sink with only send(dicts) gets dicts.
         self._encoded = callable(getattr(sink, "send_encoded", None))
-        # A sink that speaks the incarnation protocol (HTTPSink) also takes
-        # the stream's counters with each batch.
-        self._meta = bool(getattr(sink, "batch_meta", False))
+        # HTTPSink joins a large body in pieces, pausing (for the GIL) between them.
+        self._pauses = self._encoded and bool(getattr(sink, "pauses", False))
         if identity and callable(getattr(sink, "set_identity", None)):
             try:
                 sink.set_identity(identity)
@@ -318,10 +256,9 @@ class Shipper:
         self.qfull_drops = 0  # written by the training thread only
         self._qfull_reported = 0  # written by the shipper thread only
         self._unreported = 0  # shipper-side drops not yet sent in `dropped`
-        self._popped = 0  # vectors taken off the queue
+        self._popped = 0  # vectors taken off the queue (Perf.flush counts them)
         self.ship_drops = 0
         self.sent = 0  # vectors the server acknowledged
-        self._posted = 0  # vectors put on the wire (each once)
         self.refused = 0  # vectors the server refused one by one (409 naming the cell): dropped, counted
         self.errors = 0
         self.conflicts = 0  # 409 answers: registration, cells, contract
@@ -332,14 +269,10 @@ class Shipper:
         self.last_error = ""
         self._registered = False
         self._dead = False
-        self._final_sent = False
         self._backoff = _MIN_BACKOFF_S
         self._cbackoff = _CONFLICT_MIN_S
         self._retry_at = 0.0  # no request before this (backoff, Retry-After)
         self._stop_failures = 0  # failed requests since close() was called
-        rank = rank_info.get("rank", 0)
-        self._vtally = _Tally(_stream(job.get("id"), rank, "vectors"))
-        self._ctally = _Tally(_stream(job.get("id"), rank, "collectives"))
         # Collective calls (laggard.collectives.Capture) and validation
         # (laggard.validation.Validator) ride on this thread too; see _side().
         self._coll = None
@@ -353,8 +286,6 @@ class Shipper:
         self.coll_sent = 0
         self.coll_drops = 0  # shipper-side; queue-full drops are the Capture's
         self.coll_refused = 0  # calls the server refused one by one (409 naming the call)
-        self._coll_posted = 0
-        self._c_resend = 0  # calls at the head of _cbatch already counted as sent
         self.comm_drops = 0  # comm records the server refused (B6): dropped, counted, never re-sent
         self.comms_sent = 0  # comm records the server acknowledged (never re-sent)
         self._val = None
@@ -535,7 +466,7 @@ class Shipper:
             if due and now >= self._retry_at:
                 if n:
                     _yield_gil()  # the request's own work (join, http.client) is a slice of its own
-                self._ship(batch, final=stopping and not dq)
+                self._ship(batch)
                 self._adapt(len(batch), full)
                 batch = []
                 self._bbytes = 0
@@ -547,7 +478,6 @@ class Shipper:
                 if self._hurry and self._side_idle():
                     self._hurry = False
                 if stopping and self._side_idle():
-                    self._finish()
                     return
             if n and dq and len(batch) < self._batch_size:
                 _yield_gil()  # more to encode: let the training thread run first
@@ -629,59 +559,6 @@ class Shipper:
             while c.pop() is not None:
                 n += 1
             self.coll_drops += n
-        self._fold()
-
-    def _finish(self):
-        """The clean end of the stream: when the last batch did not say so
-        (nothing was queued at close), an empty batch with final counters,
-        so the server knows nothing of this process is missing. Only to a
-        server that keeps incarnations (it takes the counters)."""
-        if (not self._final_sent and self._meta and self._registered and not self._dead
-                and getattr(self._sink, "incarnation", None) is not None and self._vcounts_offered() > 0):
-            self._ship([], final=True)
-        self._fold()
-
-    def _fold(self):
-        """Adds this shipper's counts to its streams (the next Shipper of
-        the same job and rank in this process continues from them)."""
-        if getattr(self, "_folded", False):
-            return
-        self._folded = True
-        self._vtally.fold(self._vown())
-        if self._coll is not None:
-            self._ctally.fold(self._cown())
-
-    def _vown(self):
-        """This shipper's own vector counts: offered, sent, acked, dropped,
-        refused."""
-        return (self._popped + len(self._dq) + self.qfull_drops, self._posted, self.sent,
-                self.qfull_drops + self.ship_drops, self.refused)
-
-    def _cown(self):
-        c = self._coll
-        return (c.captured + c.qfull_drops, self._coll_posted, self.coll_sent, self.coll_drops + c.qfull_drops,
-                self.coll_refused)
-
-    def _vcounts_offered(self):
-        return self._vtally.totals(self._vown())[0]
-
-    def _registered_as(self):
-        """After a registration: the counters follow the incarnation the
-        server answered."""
-        inc = getattr(self._sink, "incarnation", None)
-        self._vtally.check(inc, self._vown())
-        if self._coll is not None:
-            self._ctally.check(inc, self._cown())
-
-    def _client(self, final):
-        """The stream's counters as the server gets them with a batch
-        (README "What is lost when a process dies"): offered — vectors this
-        process made for this rank; sent — put on the wire, this batch
-        included; acked — acknowledged before it; dropped — given up
-        (queue full, failed requests, close's deadline); refused — refused
-        by the server one by one. offered - acked - dropped - refused is
-        what the client still held, this batch included."""
-        return self._vtally.report(self._rank_info.get("rank", 0), self._vown(), final)
 
     # --- collectives and validation (shipper thread) -----------------------
     def _side_idle(self):
@@ -756,10 +633,6 @@ class Shipper:
             busy = True
         return busy
 
-    def _coll_client(self):
-        """_client() for collective calls (this batch is in `sent`)."""
-        return self._ctally.report(self._rank_info.get("rank", 0), self._cown())
-
     def _ship_collectives(self):
         c = self._coll
         qf = c.qfull_drops
@@ -780,13 +653,8 @@ class Shipper:
                 return
         wire = [{k: v for k, v in m.items() if k[:1] != "_"} for m in comms]  # "_refused" stays here
         body = '{"comms":%s,"calls":[%s],"dropped":%d}' % (_dumps(wire), ",".join(calls), pending)
-        self._coll_posted += len(calls) - min(self._c_resend, len(calls))  # each call counts once as sent
-        self._c_resend = 0
         try:
-            if self._meta:
-                self._sink.send_collectives(body, self._job.get("world_size"), client=self._coll_client())
-            else:
-                self._sink.send_collectives(body, self._job.get("world_size"))
+            self._sink.send_collectives(body, self._job.get("world_size"))
         except ShipError as e:
             if e.at_deadline:
                 self.coll_drops += len(calls)
@@ -806,7 +674,6 @@ class Shipper:
                 self._drop_comm(comms[i], e)
                 c.return_comms(comms[:i] + comms[i + 1:])
                 self._cbatch = calls + self._cbatch
-                self._c_resend = len(calls)
                 self._c_unreported = pending
                 self._cdeadline = time.monotonic()
                 return
@@ -819,7 +686,6 @@ class Shipper:
                 skip = self._refused(cells, e, "collective call(s)", "stats()['collectives']['refused']")
                 c.return_comms(comms)
                 self._cbatch = [x for i, x in enumerate(calls) if i not in skip] + self._cbatch
-                self._c_resend = len(calls) - len(skip)
                 self._c_unreported = pending
                 self._cdeadline = time.monotonic()
                 return
@@ -1010,7 +876,7 @@ class Shipper:
         else:
             self._failed()
 
-    def _ship(self, batch, final=False):
+    def _ship(self, batch):
         # Drops since the last shipped vector ride on this batch's first vector.
         qf = self.qfull_drops
         pending = (qf - self._qfull_reported) + self._unreported
@@ -1025,19 +891,14 @@ class Shipper:
                            quiet=err.permanent)
                 self._registration_failed(err)
                 return
-        self._posted += len(batch)  # each vector counts once as sent, refused re-sends included
         for _round in range(_CELL_ROUNDS + 1):
             out = batch
             if pending and batch:
                 out = [_with_dropped(batch[0], pending)] + batch[1:]
             t0 = time.monotonic()
             try:
-                if self._meta:
-                    client = self._client(final)
-                    if self._encoded:
-                        self._sink.send_encoded(out, client=client, pause=_yield_gil)
-                    else:
-                        self._sink.send(out, client=client)
+                if self._pauses:
+                    self._sink.send_encoded(out, pause=_yield_gil)
                 elif self._encoded:
                     self._sink.send_encoded(out)
                 else:
@@ -1063,7 +924,7 @@ class Shipper:
                     self.refused += len(cells)
                     skip = self._refused(cells, e, "vector(s)", "stats()['refused']")
                     batch = [v for i, v in enumerate(batch) if i not in skip]
-                    if not batch and not final:
+                    if not batch:
                         self._unreported = pending
                         return
                     continue
@@ -1080,10 +941,9 @@ class Shipper:
                     self._max_batch = max(1, min(self._max_batch, h))
                     self._batch_size = min(self._batch_size, self._max_batch)
                     self._base_batch = min(self._base_batch, self._batch_size)
-                    self._posted -= len(batch)  # counted again as the halves go out
                     self._unreported = pending
                     self._ship(batch[:h])
-                    self._ship(batch[h:], final)
+                    self._ship(batch[h:])
                     return
                 fatal = e.status in _FATAL
                 self._drop(batch, pending, str(e), quiet=fatal or e.status == 409)
@@ -1118,8 +978,6 @@ class Shipper:
         self._unreported = 0
         self._backoff = _MIN_BACKOFF_S
         self.sent += len(batch)
-        if final:
-            self._final_sent = True
 
     def _register(self):
         err = None
@@ -1127,7 +985,6 @@ class Shipper:
             try:
                 self._sink.register(self._job, self._rank_info)
                 self._registered = True
-                self._registered_as()
                 self._backoff = _MIN_BACKOFF_S
                 self._cbackoff = _CONFLICT_MIN_S
                 if self._reg_refused:

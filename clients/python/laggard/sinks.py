@@ -6,12 +6,12 @@ into counted drops and never lets it reach the training thread.
 
 A sink has register(job, rank), send(vectors) (dicts) and close(). One that
 also has send_encoded(texts) — each vector already JSON text — gets that
-instead. set_deadline(t), where a sink has it, is called by close() from
+instead, and one with `pauses = True` (HTTPSink) send_encoded(texts,
+pause=f), f called between the pieces of a large body. set_deadline(t), where a sink has it, is called by close() from
 another thread: no request, in flight or later, may run past t
-(time.monotonic()). A sink with batch_meta = True (HTTPSink) speaks the
-incarnation protocol: set_identity(dict) before registering, an
-`incarnation` attribute after it, and send/send_encoded/send_collectives
-take client= (the stream's counters) too.
+(time.monotonic()). A sink that speaks the incarnation protocol (HTTPSink)
+has set_identity(dict), called before registering, and an `incarnation`
+attribute after it, which its batches and polls carry.
 """
 
 import http.client
@@ -143,12 +143,12 @@ class HTTPSink:
     Incarnations (docs/design/roles-and-runs.md): registration and rank
     join carry this process's identity (set_identity: launch, process,
     started_ns); the incarnation the server answers goes out with every
-    later batch and poll, with the stream's counters ("client"). A server
-    that predates incarnations refuses the identity fields as unknown
-    (400): the registration is sent again without them and no incarnation
-    is sent afterwards, as it is when an answer carries none."""
+    later batch and poll. A server that predates incarnations refuses the
+    identity fields as unknown (400): the registration is sent again
+    without them and no incarnation is sent afterwards, as it is when an
+    answer carries none."""
 
-    batch_meta = True
+    pauses = True  # send_encoded takes pause=
 
     def __init__(self, server, job_id, timeout=2.0, token=None):
         u = urllib.parse.urlsplit(server if "://" in server else "http://" + server)
@@ -169,7 +169,7 @@ class HTTPSink:
         # "plain": the batch routes ("vectors", "collectives") whose decoder
         # refused "incarnation" as an unknown field: a server that keeps
         # incarnations but not yet on that route gets its batches without.
-        self._meta = {"incarnation": None, "identity": None, "legacy": False, "client": True, "plain": set()}
+        self._meta = {"incarnation": None, "identity": None, "legacy": False, "plain": set()}
 
     @property
     def request_timeout(self):
@@ -273,51 +273,40 @@ class HTTPSink:
         m["legacy"] = True
         return self._request(method, path, _json(body), op)
 
-    def _head(self, client, op):
-        """The members that go before a batch's items: incarnation and,
-        when the server takes them, the stream's counters."""
+    def _head(self, op):
+        """The member that goes before a batch's items: the incarnation,
+        unless this route's decoder does not know it."""
         m = self._meta
         inc = m["incarnation"]
         if inc is None or op in m["plain"]:
             return ""
-        h = '"incarnation":%d,' % inc
-        if client is not None and m["client"]:
-            h += '"client":' + json.dumps(client, separators=(",", ":")) + ","
-        return h
+        return '"incarnation":%d,' % inc
 
-    def _post_batch(self, path, build, client, op):
+    def _post_batch(self, path, build, op):
         """POSTs build(head) (a body, bytes or a list of bytes pieces). A
-        server that refuses the head's fields as unknown gets the batch
-        again without them (not dropped): the counters then stay off, and
-        the incarnation stays off for that route only (polls and the other
-        batch route keep it). Any other refusal of "incarnation" (one the
-        server no longer has) is raised: the shipper registers again."""
+        server that refuses "incarnation" as an unknown field gets the batch
+        again without it (not dropped), and that route's later batches go
+        without it (polls and the other batch route keep it). Any other
+        refusal of "incarnation" (one the server no longer has) is raised:
+        the shipper registers again."""
         try:
-            return self._post(path, build(self._head(client, op)), op)
+            return self._post(path, build(self._head(op)), op)
         except ShipError as e:
-            m = self._meta
-            if e.status != 400 or not self._head(client, op):
+            if not (e.status == 400 and self._head(op) and e.field == "incarnation" and "unknown field" in e.detail):
                 raise
-            f = e.field or ""
-            if f == "client" or f.startswith("client."):
-                m["client"] = False
-            elif f == "incarnation" and "unknown field" in e.detail:
-                m["plain"].add(op)
-            else:
-                raise
-        return self._post(path, build(self._head(client, op)), op)
+            self._meta["plain"].add(op)
+        return self._post(path, build(self._head(op)), op)
 
     def _post(self, path, body, op):
         if isinstance(body, list):
             return self._request("POST", path, body, op, {"Content-Length": str(sum(len(p) for p in body))})
         return self._request("POST", path, body, op)
 
-    def send(self, vectors, client=None):
+    def send(self, vectors):
         items = json.dumps(vectors, separators=(",", ":"))
-        self._post_batch(self._base + "/vectors", lambda h: ('{%s"vectors":%s}' % (h, items)).encode(), client,
-                         "vectors")
+        self._post_batch(self._base + "/vectors", lambda h: ('{%s"vectors":%s}' % (h, items)).encode(), "vectors")
 
-    def send_encoded(self, texts, client=None, pause=None):
+    def send_encoded(self, texts, pause=None):
         """texts: each vector as JSON text (shipper.encode_vector). A large
         batch is joined in pieces of _PIECE vectors with pause() between
         them (the shipper releases the interpreter lock there) and sent
@@ -333,14 +322,13 @@ class HTTPSink:
                 pieces.append((("," if i else "") + ",".join(texts[i:i + _PIECE])).encode())
             pieces.append(b"]}")
             build = lambda h: [('{%s"vectors":[' % h).encode()] + pieces  # noqa: E731
-        self._post_batch(self._base + "/vectors", build, client, "vectors")
+        self._post_batch(self._base + "/vectors", build, "vectors")
 
-    def send_collectives(self, body, world=None, client=None):
+    def send_collectives(self, body, world=None):
         """POST …/collectives (contracts §1): body is a collective.Batch as
         JSON text. world registers a job the server does not know yet."""
         q = "?world=%d" % world if world else ""
-        self._post_batch(self._base + "/collectives" + q, lambda h: ("{" + h + body[1:]).encode(), client,
-                         "collectives")
+        self._post_batch(self._base + "/collectives" + q, lambda h: ("{" + h + body[1:]).encode(), "collectives")
 
     def _inc_query(self, sep="&"):
         inc = self._meta["incarnation"]

@@ -13,17 +13,20 @@ Two server generations (issue 16, incarnations):
 * old=True is a server from before incarnations: like the Go server's
   strict decoders it refuses any field it does not know (400
   "<field>: unknown field", "field": "<field>") in job registrations, rank
-  joins and batches — so a client must not send launch/process/started_ns,
-  incarnation or client counters to it unless it can fall back.
+  joins and batches — so a client must not send launch/process/started_ns
+  or incarnation to it unless it can fall back.
 * incarnations=True keeps the incarnation rules of
-  /work/wt/incarnation-protocol.md, restated independently of the client:
-  same non-empty launch → same incarnation, a new launch or run_id → a new
-  one, no launch → the newest unless the rank already belongs to it with
-  another process; registration answers carry "incarnation"; cells
+  docs/design/roles-and-runs.md, restated independently of the client:
+  a non-empty launch → the newest incarnation with it, a new launch or
+  run_id → a new one, no launch → the newest; and a new one (a restart)
+  when the rank already belongs to the chosen one with another process;
+  registration answers carry "incarnation"; cells
   (step, rank, micro) are kept per incarnation, an identical re-send is
   idempotent and a different one is 409 naming the first conflicting
   vector ("field": "vectors[i]") and, with list_conflicts, all of them
-  ("conflicts": [i, ...]); nothing of such a batch is stored.
+  ("conflicts": [i, ...]); nothing of such a batch is stored. Like
+  `laggard serve`'s decoders, its batch routes refuse any top-level member
+  but their own and "incarnation" (400 "<field>: unknown field").
 """
 
 import hashlib
@@ -46,10 +49,10 @@ _CAP_TRACE = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/([^/?]+)/traces\?rank=
 _JOB_FIELDS = {"id", "name", "world_size", "schema", "accumulation", "ranks", "groups", "labels", "run_id", "created"}
 _RANK_FIELDS = {"rank", "host", "local_rank", "role", "schema"}
 IDENTITY = ("launch", "process", "started_ns")
-# FakeServer(unknown=...): the batch members `laggard serve` (main, issue 16)
-# refused as unknown fields: the counters on both routes, and the
-# incarnation on collective batches (being added there).
-GO_SERVER_UNKNOWN = (("vectors", "client"), ("collectives", "client"), ("collectives", "incarnation"))
+# FakeServer(unknown=...): the batch members a `laggard serve` that keeps
+# incarnations refused as unknown fields before its collective batches took
+# "incarnation" (issue 16, fe9f1ab..f968958).
+SERVE_UNKNOWN_BEFORE_F968958 = (("collectives", "incarnation"),)
 _OPS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AllToAll", "Send", "Recv", "Barrier")
 _CALL_FIELDS = ("rank", "comm", "seq", "op", "bytes", "peer", "root", "enter_ns", "return_ns", "step")
 
@@ -100,11 +103,9 @@ class FakeServer:
         self.old = old
         # (route, field) pairs a route's strict decoder does not know yet
         # (400 "<field>: unknown field") on a server that keeps
-        # incarnations: GO_SERVER_UNKNOWN is what `laggard serve` refused
-        # when this was written.
+        # incarnations (SERVE_UNKNOWN_BEFORE_F968958).
         self.unknown = set(unknown)
         self.list_conflicts = list_conflicts
-        self.client_reports = []  # (kind, incarnation, "client" object) of every accepted batch
         self.cell_conflicts = 0  # vectors refused as conflicting re-sends
         self.query_incarnations = []  # incarnation= of polls and results
         self.trickle = trickle
@@ -207,11 +208,13 @@ class FakeServer:
     # --- the server's rules (called under the lock) -----------------------
     def _unknown(self, body, known, route=None):
         """The 400 of a strict decoder for the first field it does not know:
-        any field outside known (old=True), or one of self.unknown."""
+        any field outside known (old=True), a batch member outside known and
+        "incarnation" (incarnations=True), or one of self.unknown."""
         if not isinstance(body, dict):
             return None
         for f in body:
-            if (self.old and f not in known) or (route, f) in self.unknown:
+            if ((self.old and f not in known) or (route, f) in self.unknown
+                    or (self.incarnations and route and f not in known and f != "incarnation")):
                 return (400, {}, {"error": "%s: unknown field" % f, "field": f}, 0)
         return None
 
@@ -250,8 +253,8 @@ class FakeServer:
         rank join, for a launch-less process)."""
         incs = job["incs"]
         if launch:
-            for i, inc in enumerate(incs):
-                if inc["launch"] == launch:
+            for i in range(len(incs) - 1, -1, -1):  # the newest with that launch id
+                if incs[i]["launch"] == launch:
                     return i
             incs.append({"launch": launch, "run_id": run_id, "procs": {}, "cells": {}})
             return len(incs) - 1
@@ -329,10 +332,10 @@ class FakeServer:
                 if not incs:
                     incs.append({"launch": "", "run_id": job["run_id"], "procs": {}, "cells": {}})
                 i = len(incs) - 1
-                held = incs[i]["procs"].get(body["rank"])
-                if held is not None and held != proc:  # this rank restarted: a new incarnation
-                    incs.append({"launch": "", "run_id": incs[i]["run_id"], "procs": {}, "cells": {}})
-                    i += 1
+            held = incs[i]["procs"].get(body["rank"])
+            if held is not None and held != proc:  # this rank restarted (same launch id or none): a new one
+                incs.append({"launch": launch, "run_id": incs[i]["run_id"], "procs": {}, "cells": {}})
+                i = len(incs) - 1
             incs[i]["procs"][body["rank"]] = proc
             return (200, {}, self._reply_inc(body, i), 0)
         return (200, {}, body, 0)
@@ -365,8 +368,6 @@ class FakeServer:
             for v in vs:
                 cells[(v["step"], v["rank"], v.get("micro", 0))] = json.dumps(
                     {k: x for k, x in v.items() if k != "dropped"}, sort_keys=True)
-            if "client" in body:
-                self.client_reports.append(("vectors", inc, body["client"]))
         for i, v in enumerate(vs):
             if "order_hash" not in v:
                 self.missing_order_hash += 1
@@ -388,8 +389,6 @@ class FakeServer:
             refused = self._unknown(body, {"comms", "calls", "dropped"}, "collectives")
             if refused:
                 return refused
-            if self.incarnations and isinstance(body, dict) and "client" in body:
-                self.client_reports.append(("collectives", body.get("incarnation"), body["client"]))
             if self.strict and job_id not in self.jobs and not m.group(2):
                 return (404, {}, {"error": "job not registered and no world given", "field": "world"}, 0)
             why = check_batch(body)

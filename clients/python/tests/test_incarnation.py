@@ -20,9 +20,10 @@ sys.path.insert(0, HERE)
 import laggard  # noqa: E402
 from laggard import config  # noqa: E402
 from laggard import shipper as shipper_mod  # noqa: E402
+from laggard import validation  # noqa: E402
 from laggard.sinks import HTTPSink  # noqa: E402
 from envutil import module_fixture  # noqa: E402
-from fakeserver import GO_SERVER_UNKNOWN, FakeServer  # noqa: E402
+from fakeserver import SERVE_UNKNOWN_BEFORE_F968958, FakeServer  # noqa: E402
 
 setUpModule, tearDownModule = module_fixture()
 
@@ -93,8 +94,7 @@ class IdentityTest(unittest.TestCase):
 
 class NewServerTest(unittest.TestCase):
     def setUp(self):
-        # A job id of its own: counters continue across the Perfs of one
-        # process for the same job, rank and incarnation.
+        # A job id of its own per test.
         self.job = "inc-" + self._testMethodName[5:40].replace("_", "-")
     def perf(self, srv, **kw):
         kw.setdefault("job", self.job)
@@ -119,15 +119,27 @@ class NewServerTest(unittest.TestCase):
         self.assertTrue(posts)
         self.assertTrue(all(r["body"].get("incarnation") == 0 for r in posts))
         self.assertEqual(p.stats()["incarnation"], 0)
-        last = posts[-1]["body"]["client"]
-        self.assertTrue(last["final"])
-        self.assertEqual((last["offered"], last["acked"] + len(posts[-1]["body"]["vectors"]), last["dropped"]),
-                         (5, 5, 0))
 
-    def test_counters_account_for_every_vector(self):
+    def test_batches_carry_only_what_the_server_takes(self):
+        # `laggard serve` refuses any batch member but the items and
+        # "incarnation" (400 unknown field), and so does the fake server.
+        # Before: every batch carried "client" counters (a refused first
+        # batch per route, re-sent without), and a clean close sent an
+        # empty batch only to carry the final counters.
+        srv = FakeServer(incarnations=True)
+        self.addCleanup(srv.close)
+        p = self.perf(srv, flush_interval=60)
+        timed_steps(p, range(5), 1)
+        self.assertTrue(p.close(5))
+        self.assertEqual([(r["method"], r["path"], r["status"]) for r in srv.requests if r["status"] >= 400], [])
+        posts = vector_posts(srv)
+        self.assertEqual([sorted(r["body"]) for r in posts], [["incarnation", "vectors"]])
+        self.assertEqual([v["step"] for v in posts[0]["body"]["vectors"]], list(range(5)))
+
+    def test_local_counters_account_for_every_vector(self):
         # A slow first request and a tiny queue: some vectors are dropped.
-        # offered = acked + dropped + refused + what was in flight, batch by
-        # batch, and the final batch leaves nothing unaccounted.
+        # stats() accounts for every vector (sent + dropped), and the
+        # server acknowledged exactly the ones counted as sent.
         srv = FakeServer(lambda m, path, n: (200, {}, {"accepted": 0}, 0.3) if path.endswith("/vectors") and n == 0
                          else None, incarnations=True)
         self.addCleanup(srv.close)
@@ -138,14 +150,8 @@ class NewServerTest(unittest.TestCase):
         self.assertTrue(p.close(5))
         st = p.stats()
         self.assertGreater(st["dropped"], 0)
-        reports = [c for kind, _i, c in srv.client_reports if kind == "vectors"]
-        self.assertEqual(reports[-1]["offered"], 60)
-        self.assertEqual(reports[-1]["dropped"], st["dropped"])
-        self.assertEqual(reports[-1]["acked"] + len(vector_posts(srv)[-1]["body"]["vectors"]), st["sent"])
-        self.assertEqual(st["sent"] + st["dropped"], 60)
-        for c in reports:
-            self.assertLessEqual(c["acked"] + c["dropped"] + c["refused"], c["offered"])
-            self.assertLessEqual(c["acked"], c["sent"])
+        self.assertEqual((st["sent"] + st["dropped"], st["refused"], st["queued"]), (60, 0, 0))
+        self.assertEqual(sum(len(r["body"]["vectors"]) for r in vector_posts(srv) if r["status"] == 200), st["sent"])
 
     def test_restart_without_launcher_is_a_new_incarnation(self):
         # A second process start of the same rank (plain `python train.py`,
@@ -185,6 +191,26 @@ class NewServerTest(unittest.TestCase):
         launches = [r["body"]["launch"] for r in srv.requests if r["method"] == "PUT"]
         self.assertEqual(launches, ["te:r:0", "te:r:1", ""])
 
+    def test_rank_again_in_one_launch_is_a_restart(self):
+        # docs/design/roles-and-runs.md rule 4: a process whose rank is
+        # already bound to another process in the incarnation its launch id
+        # names opens a new incarnation (a restart), never overwrites. The
+        # job registration's answer names the launch's incarnation, the
+        # rank join's the new one: the client keeps the join's.
+        srv = FakeServer(incarnations=True)
+        self.addCleanup(srv.close)
+        got = []
+        for proc, ms in (("h/1/1", 1), ("h/2/2", 2)):
+            with mock.patch.dict(os.environ, {"LAGGARD_INCARNATION": "L1"}), \
+                    mock.patch.object(config, "process_ident", return_value=(proc, 1)):
+                p = self.perf(srv)
+                timed_steps(p, range(3), ms)
+                self.assertTrue(p.close(5))
+            got.append((p.stats()["incarnation"], p.stats()["sent"], p.stats()["refused"]))
+        self.assertEqual(got, [(0, 3, 0), (1, 3, 0)])
+        self.assertEqual([r["body"].get("incarnation") for r in vector_posts(srv)], [0, 1])
+        self.assertEqual(json.loads(srv.incarnation_of(self.job, 0)["cells"][(2, 0, 0)])["durations_ms"][1], 1.0)
+
     def test_conflicting_resend_drops_only_those_vectors(self):
         # Within one incarnation, a re-sent step with other values is
         # refused (409 naming the cell) and counted; the rest of the batch
@@ -210,8 +236,6 @@ class NewServerTest(unittest.TestCase):
                 self.assertEqual(sorted(k[0] for k in cells), list(range(12)))
                 self.assertEqual(json.loads(cells[(8, 0, 0)])["durations_ms"][1], 1.0)  # never overwritten
                 self.assertEqual(json.loads(cells[(11, 0, 0)])["durations_ms"][1], 2.0)
-                final = [c for kind, _i, c in srv.client_reports if kind == "vectors"][-1]
-                self.assertEqual((final["refused"], final["offered"]), (3, 17))
 
     def test_refusals_one_at_a_time_are_bounded(self):
         # A server that refuses one vector per answer, forever: a batch costs
@@ -269,8 +293,8 @@ class NewServerTest(unittest.TestCase):
 class OldServerTest(unittest.TestCase):
     def test_server_before_incarnations(self):
         # Its strict decoders refuse the identity fields: the client
-        # registers again without them, once, quietly, and sends neither
-        # incarnation nor counters — everything ships as before.
+        # registers again without them, once, quietly, and sends no
+        # incarnation — everything ships as before.
         srv = FakeServer(old=True)
         self.addCleanup(srv.close)
         p = laggard.Perf(server=srv.url, job="old", rank=0, world_size=1, flush_interval=0.01, capture=False)
@@ -294,24 +318,6 @@ class OldServerTest(unittest.TestCase):
         self.assertTrue(p.close(5))
         self.assertTrue(all(set(r["body"]) == {"vectors"} for r in vector_posts(srv)))
         self.assertEqual(p.stats()["sent"], 5)
-
-    def test_server_refusing_counters_still_gets_the_batch(self):
-        # A server that knows incarnations but not the counters: the batch
-        # goes again without them (not dropped), and they are not sent again.
-        def behaviour(method, path, n):
-            if path.endswith("/vectors") and n == 0:
-                return (400, {}, {"error": "client: unknown field", "field": "client"}, 0)
-            return None
-        srv = FakeServer(behaviour, incarnations=True)
-        self.addCleanup(srv.close)
-        p = laggard.Perf(server=srv.url, job="nocli", rank=0, world_size=1, flush_interval=0.01, capture=False)
-        timed_steps(p, range(3), 1)
-        self.assertTrue(wait_for(lambda: p.stats()["sent"] == 3))
-        timed_steps(p, range(3, 6), 1)
-        self.assertTrue(p.close(5))
-        self.assertEqual((p.stats()["sent"], p.stats()["dropped"]), (6, 0))
-        ok = [r["body"] for r in vector_posts(srv) if r["status"] == 200]
-        self.assertTrue(all("client" not in b and b["incarnation"] == 0 for b in ok))
 
     def test_file_sink_header_has_no_identity(self):
         # `laggard analyze` reads the stage-matrix header strictly.
@@ -348,7 +354,7 @@ class CollectivesAndPollsTest(unittest.TestCase):
                                  collectives=cap, identity={"launch": "", "process": "h/1/2", "started_ns": 2})
         return srv, cap, sh
 
-    def test_collective_batches_carry_incarnation_and_counts(self):
+    def test_collective_batches_carry_incarnation(self):
         srv, cap, sh = self.make()
         sh.offer((0, 0, 0, [1.0] * 6, 6.0, 0, None, 0))  # registers the job first
         self.assertTrue(wait_for(lambda: sh.sent == 1))
@@ -357,9 +363,11 @@ class CollectivesAndPollsTest(unittest.TestCase):
         self.assertTrue(sh.close(3))
         batches = srv.collective_batches()
         self.assertTrue(batches)
-        self.assertTrue(all(b["incarnation"] == 0 for b in batches))
-        last = [c for kind, _i, c in srv.client_reports if kind == "collectives"][-1]
-        self.assertEqual((last["offered"], last["sent"], last["dropped"]), (5, 5, 0))
+        self.assertTrue(all(sorted(b) == ["calls", "comms", "dropped", "incarnation"] and b["incarnation"] == 0
+                            for b in batches))
+        self.assertEqual([r["path"] for r in srv.requests if r["status"] >= 400], [])
+        st = sh.stats()
+        self.assertEqual((st["collectives_sent"], st["collectives_dropped"], st["collectives_refused"]), (5, 0, 0))
 
     def test_refused_call_dropped_alone(self):
         # 409 naming one call (a conflicting re-send): that call alone is
@@ -419,14 +427,16 @@ class CollectivesAndPollsTest(unittest.TestCase):
         # laggard.validation reads Validator.incarnation (set by the shipper
         # before each plan it offers): the incarnation the plan was polled
         # with.
+        self.assertIsNone(validation.Validator({"id": "cj"}).incarnation)  # before any plan
+
         class StubValidator:
-            rank, pollable, _outbox = 0, True, ()
+            rank, pollable, _outbox, incarnation = 0, True, (), "unset"
 
             def __init__(self):
                 self.seen = []
 
             def offer(self, plan):
-                self.seen.append((plan["id"], getattr(self, "incarnation", "unset")))
+                self.seen.append((plan["id"], self.incarnation))
 
             def take_results(self):
                 return []
@@ -456,12 +466,13 @@ class CollectivesAndPollsTest(unittest.TestCase):
         self.assertFalse(any("incarnation" in r["path"] for r in srv.requests))
 
     def test_collectives_route_without_incarnation_keeps_it_elsewhere(self):
-        # `laggard serve` keeps incarnations but its collectives decoder
-        # does not know the member yet (400 "incarnation: unknown field"):
+        # A `laggard serve` that keeps incarnations but whose collectives
+        # decoder does not know the member (400 "incarnation: unknown
+        # field"; fe9f1ab..f968958):
         # the batch goes again without it — not dropped — and vectors and
         # polls keep theirs. Before: the first such 400 cleared the
         # process's incarnation, so its vectors went to the newest one.
-        srv, cap, sh = self.make(unknown=GO_SERVER_UNKNOWN)
+        srv, cap, sh = self.make(unknown=SERVE_UNKNOWN_BEFORE_F968958)
         sh.offer((0, 0, 0, [1.0] * 6, 6.0, 0, None, 0))
         self.assertTrue(wait_for(lambda: sh.sent == 1))
         for i in range(3):
@@ -474,7 +485,7 @@ class CollectivesAndPollsTest(unittest.TestCase):
         self.assertTrue(all("incarnation" not in b for b in srv.collective_batches()))
         ok = [r["body"] for r in vector_posts(srv) if r["status"] == 200]
         self.assertEqual([v["step"] for b in ok for v in b["vectors"]], [0, 1])
-        self.assertTrue(all(b.get("incarnation") == 0 and "client" not in b for b in ok))
+        self.assertTrue(all(sorted(b) == ["incarnation", "vectors"] and b["incarnation"] == 0 for b in ok))
         clone = sh._sink.clone()
         self.addCleanup(clone.close)
         clone.poll_capture(0, 1)
@@ -510,10 +521,10 @@ class LargeBatchBodyTest(unittest.TestCase):
         texts = [shipper_mod.encode_vector((i, 0, 0, [0.5] * 6, 3.0, 0, None, 0), "20c8b074ceccc24f")
                  for i in range(1000)]
         pauses = []
-        sink.send_encoded(texts, client={"rank": 0, "offered": 1000}, pause=lambda: pauses.append(1))
+        sink.send_encoded(texts, pause=lambda: pauses.append(1))
         self.assertEqual(len(pauses), 3)  # 1000 vectors: 4 pieces of <= 256, a pause between each
         self.assertEqual([v["step"] for v in srv.vectors()], list(range(1000)))
-        self.assertEqual(srv.client_reports[-1], ("vectors", 0, {"rank": 0, "offered": 1000}))
+        self.assertEqual(sorted(vector_posts(srv)[-1]["body"]), ["incarnation", "vectors"])
 
 
 if __name__ == "__main__":

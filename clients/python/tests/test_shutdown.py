@@ -5,13 +5,14 @@ handler, an ignored signal, a main thread blocked in C, forked children.
 
 Each case runs a real child process against the fake server: the child
 times steps with flush_interval=60 (so nothing would ship before its end
-on its own), prints "ready" after a number of steps, and the test sends the
-signal."""
+on its own), writes the number of steps it ended to a file after each,
+prints "ready" after a number of steps, and the test sends the signal."""
 
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -64,12 +65,14 @@ CHILD = textwrap.dedent(r'''
         say("blocking")
         libc.pthread_mutex_lock(m)
 
+    count = os.open(COUNT, os.O_WRONLY)
     n = 0
     while True:
         with perf.step():
             with perf.stage("forward"):
                 pass
         n += 1
+        os.pwrite(count, n.to_bytes(8, "little"), 0)
         if n == STEPS:
             say("ready")
             if MODE == "block":
@@ -99,7 +102,11 @@ class Child:
         self.srv = srv or FakeServer(incarnations=True)
         test.addCleanup(self.srv.close)
         self.job = "sd-" + mode
-        code = "CLIENT=%r\nURL=%r\nJOB=%r\nMODE=%r\nSTEPS=%d\n" % (CLIENT, self.srv.url, self.job, mode, steps) + CHILD
+        fd, self.count = tempfile.mkstemp(prefix="laggard-sd-")
+        os.close(fd)
+        test.addCleanup(os.unlink, self.count)
+        code = "CLIENT=%r\nURL=%r\nJOB=%r\nMODE=%r\nSTEPS=%d\nCOUNT=%r\n" % (
+            CLIENT, self.srv.url, self.job, mode, steps, self.count) + CHILD
         e = {k: v for k, v in os.environ.items() if not k.startswith("LAGGARD_")}
         e.update(env or {})
         self.p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -159,19 +166,23 @@ class Child:
     def vectors(self):
         return self.srv.vectors()
 
+    def ended(self):
+        """Steps the child ended (each made a vector)."""
+        with open(self.count, "rb") as f:
+            return int.from_bytes(f.read(8) or b"\0", "little")
+
 
 class SignalFlushTest(unittest.TestCase):
     def assert_all_shipped(self, c, at_least):
-        """Every vector the child made reached the server, in order, and
-        its last batch says the stream ended cleanly with nothing held."""
+        """Every vector the child made reached the server, in order: as
+        many as the steps it ended (one more where the signal came between
+        a step's end and the count's write)."""
         steps = [v["step"] for v in c.vectors()]
         self.assertGreaterEqual(len(steps), at_least, c.err[-2000:])
         self.assertEqual(steps, list(range(len(steps))))
-        reports = [r for kind, _inc, r in c.srv.client_reports if kind == "vectors"]
-        self.assertTrue(reports and reports[-1].get("final"), reports[-3:])
-        last = reports[-1]
-        self.assertEqual(last["offered"], len(steps))
-        self.assertEqual(last["dropped"], 0)
+        ended = c.ended()
+        self.assertGreaterEqual(ended, at_least)
+        self.assertIn(len(steps) - ended, (0, 1), (len(steps), ended))
 
     def test_sigterm_default_flushes_then_dies_of_sigterm(self):
         # Before: the vectors queued behind a 60 s flush interval died with
