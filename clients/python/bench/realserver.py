@@ -15,8 +15,7 @@ Scenarios, each in processes of their own with no launcher variables:
   resend      one process re-sends steps 0-9 with other values (refused
               one by one, counted, the rest ship) and again with the same
               values (idempotent)
-  collectives a collective batch with "incarnation" (a server whose
-              decoder does not know it yet gets it again without)
+  collectives a collective batch with "incarnation"
   polls       capture poll with &step=S&incarnation=N, a capture trace
               upload (error report) and validation poll with incarnation=N
   sigterm     60 steps with a 60 s flush interval, then SIGTERM: every
@@ -25,8 +24,8 @@ Scenarios, each in processes of their own with no launcher variables:
               10 steps/s) killed with SIGKILL after a random 1-2 s
               (--kill-after): steps ended but never stored (the loss)
 Every request the client made and the server's answer is listed; any answer
->= 400 the client did not expect (refused cells, the fallbacks above) fails
-the run.
+>= 400 other than the 409s of the resend scenario fails the run, and so does
+a batch with a member other than the items and "incarnation".
 """
 
 import argparse
@@ -105,6 +104,7 @@ class Proxy:
 
     def __init__(self, upstream):
         self.log = []
+        self.all = []  # every request, never taken
         self.lock = threading.Lock()
         outer = self
 
@@ -124,6 +124,7 @@ class Proxy:
                 data = r.read()
                 with outer.lock:
                     outer.log.append((self.command, self.path, body, r.status, data))
+                    outer.all.append((self.command, self.path, body, r.status, data))
                 self.send_response(r.status)
                 for k, v in r.getheaders():
                     if k.lower() not in ("content-length", "connection", "transfer-encoding"):
@@ -192,6 +193,21 @@ def stored(base, job):
         return json.loads(r.read())
 
 
+def batch_members(reqs):
+    """Each batch POST's members other than its items and "incarnation",
+    and the vector batches without a vector (all should be empty)."""
+    own = {"/vectors": {"vectors"}, "/collectives": {"comms", "calls", "dropped"}}
+    extra, empty = set(), 0
+    for m, p, b, _s, _a in reqs:
+        route = "/collectives" if "/collectives" in p else "/vectors" if p.endswith("/vectors") else None
+        if m != "POST" or route is None:
+            continue
+        body = json.loads(b)
+        extra |= set(body) - own[route] - {"incarnation"}
+        empty += route == "/vectors" and not body.get("vectors")
+    return sorted(extra), empty
+
+
 def unexpected(reqs, allow):
     """Answers >= 400 not matched by allow(method, path, status, answer)."""
     return [(m, p, s, a[:200]) for m, p, _b, s, a in reqs if s >= 400 and not allow(m, p, s, a)]
@@ -215,7 +231,7 @@ def main():
     srv, base = start_server(a.laggard, d)  # the bench's: loopback, auto captures and Greyhound off
     px = Proxy(base.split("//")[1])
     ck = Check()
-    counters = lambda m, p, s, a: s == 400 and b'"field":"client"' in a  # noqa: E731
+    none = lambda m, p, s, a: False  # noqa: E731
     try:
         print("first: a job's first process")
         st = run_child(px.url, "rs", 0, 30, 1.0)
@@ -223,14 +239,14 @@ def main():
         print(summarize(reqs[:4]))
         ck.eq("sent, dropped, errors, refused, incarnation", (st["sent"], st["dropped"], st["errors"], st["refused"],
                                                               st["incarnation"]), (30, 0, 0, 0, 0))
-        ck.eq("answers >= 400 other than the counters' fallback", unexpected(reqs, counters), [])
+        ck.eq("answers >= 400", unexpected(reqs, none), [])
 
         print("restart: the same job id, no launcher")
         st = run_child(px.url, "rs", 0, 30, 2.0)
         reqs = px.take()
         ck.eq("sent, dropped, refused, incarnation", (st["sent"], st["dropped"], st["refused"], st["incarnation"]),
               (30, 0, 0, 1))
-        ck.eq("answers >= 400 other than the counters' fallback", unexpected(reqs, counters), [])
+        ck.eq("answers >= 400", unexpected(reqs, none), [])
 
         print("launch: a second process of one launch (LAGGARD_INCARNATION) for the same rank")
         env = {"LAGGARD_INCARNATION": "realserver-launch-1"}
@@ -242,7 +258,7 @@ def main():
         # is a restart, a new incarnation, even within one launch.
         ck.eq("second process: sent, refused, incarnation", (st["sent"], st["refused"], st["incarnation"]),
               (10, 0, 3))
-        ck.eq("answers >= 400 other than the counters' fallback", unexpected(reqs, counters), [])
+        ck.eq("answers >= 400", unexpected(reqs, none), [])
         job = stored(base, "rs")
         incs = job.get("incarnations") or []
         print("  server: incarnations %s" % [(i.get("n"), i.get("reason"), i.get("launch", "")) for i in incs])
@@ -262,8 +278,8 @@ def main():
         c409 = [a for m, p, _b, s, a in reqs if s == 409]
         print("  409s: %d, first: %s" % (len(c409), c409[0][:300].decode() if c409 else "-"))
         ck.eq("every 409 names a cell", bool(c409) and all(b'"field":"vectors[' in x for x in c409), True)
-        ck.eq("answers >= 400 other than 409 cells and the counters' fallback",
-              unexpected(reqs, lambda m, p, s, x: counters(m, p, s, x) or (s == 409 and b"vectors[" in x)), [])
+        ck.eq("answers >= 400 other than 409 cells", unexpected(reqs, lambda m, p, s, x: s == 409 and b"vectors[" in x),
+              [])
 
         print("collectives: a batch with incarnation")
         cap = coll.Capture(queue_size=100)
@@ -295,9 +311,7 @@ def main():
               (s2["sent"], s2["collectives_sent"], s2["collectives_dropped"], s2["incarnation"]), (2, 3, 0, 0))
         vec = [json.loads(b) for m, p, b, s, _x in reqs if p.endswith("/vectors") and s == 200]
         ck.eq("vector batches after it carry the incarnation", [v.get("incarnation") for v in vec], [0] * len(vec))
-        unk = lambda m, p, s, x: counters(m, p, s, x) or (  # noqa: E731
-            s == 400 and "/collectives" in p and b'"field":"incarnation"' in x and b"unknown field" in x)
-        ck.eq("answers >= 400 other than unknown-field fallbacks", unexpected(reqs, unk), [])
+        ck.eq("answers >= 400", unexpected(reqs, none), [])
 
         print("polls: capture poll, trace upload, validation poll with incarnation")
         s3 = sink.clone()
@@ -321,7 +335,7 @@ def main():
         print(summarize(reqs))
         ck.eq("polls and uploads carry incarnation=0",
               all("incarnation=0" in p for m, p, _b, _s, _x in reqs if "/captures/" in p or "/validation" in p), True)
-        ck.eq("answers >= 400", unexpected(reqs, lambda *x: False), [])
+        ck.eq("answers >= 400", unexpected(reqs, none), [])
 
         print("sigterm: 60 steps held (60 s flush interval), then SIGTERM")
         ch = subprocess.Popen([sys.executable, "-c", CHILD, px.url, "rt", "term", "0", "60", "1.0", "60"],
@@ -338,7 +352,7 @@ def main():
         print("  exit status %d after %.2f s" % (rc, took))
         ck.eq("exit status (dies of SIGTERM)", rc, -signal.SIGTERM)
         ck.eq("vectors stored after SIGTERM", n, 60)
-        ck.eq("answers >= 400 other than the counters' fallback", unexpected(reqs, counters), [])
+        ck.eq("answers >= 400", unexpected(reqs, none), [])
 
         for rate in (a.kill_rates.split(",") if a.kill_runs else ()):
             rate = float(rate)
@@ -367,6 +381,10 @@ def main():
             lost.sort()
             print("  lost per SIGKILL: min %d, median %d, max %d (of %d runs)" % (
                 lost[0], lost[len(lost) // 2], lost[-1], len(lost)))
+        print("every batch: members beyond the items and incarnation, empty vector batches")
+        ck.eq("extra members, empty vector batches (%d batches)" % sum(
+            1 for m, p, *_x in px.all if m == "POST" and ("/collectives" in p or p.endswith("/vectors"))),
+            batch_members(px.all), ([], 0))
     finally:
         srv.terminate()
         srv.wait(10)
