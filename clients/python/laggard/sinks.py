@@ -7,9 +7,9 @@ into counted drops and never lets it reach the training thread.
 A sink has register(job, rank), send(vectors) (dicts) and close(). One that
 also has send_encoded(texts) — each vector already JSON text — gets that
 instead, and one with `pauses = True` (HTTPSink) send_encoded(texts,
-pause=f), f called between the pieces of a large body. set_deadline(t), where a sink has it, is called by close() from
-another thread: no request, in flight or later, may run past t
-(time.monotonic()). A sink that speaks the incarnation protocol (HTTPSink)
+pause=f), f called between the pieces of a large body. set_deadline(t),
+where a sink has it, is called by close() from another thread: no request,
+in flight or later, may run past t (time.monotonic()). A sink that speaks the incarnation protocol (HTTPSink)
 has set_identity(dict), called before registering, and an `incarnation`
 attribute after it, which its batches and polls carry.
 """
