@@ -23,6 +23,7 @@ from .sinks import FileSink, HTTPSink, ShipError, merge_stage_files
 from . import collectives, validation  # noqa: F401,E402 - laggard.collectives.Capture, laggard.validation.Validator
 from . import capture  # noqa: F401,E402 - laggard.capture.Capturer (KAIR operator traces)
 from . import agent_socket  # noqa: E402 - node-agent registration (LAGGARD_AGENT_SOCKET)
+from . import shutdown  # noqa: E402 - the exit flush (atexit, SIGTERM/SIGHUP): laggard.shutdown.register
 
 __version__ = "0.2.0"
 
@@ -30,7 +31,7 @@ __all__ = [
     "init", "Perf", "NullPerf", "FileSink", "HTTPSink", "ShipError", "merge_stage_files", "default_schema",
     "normalize_schema", "order_hash", "DEFAULT_STAGES", "SHORT_NAMES", "PROBE_FORWARD_CUDA", "STAGE_DATA",
     "STAGE_FORWARD", "STAGE_BACKWARD", "STAGE_CALLBACK", "STAGE_OPTIM", "STAGE_OTHER", "__version__",
-    "collectives", "validation", "capture",
+    "collectives", "validation", "capture", "shutdown",
 ]
 
 _log = logging.getLogger("laggard")

@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import sys
+import time
 import urllib.parse
 
 log = logging.getLogger("laggard")
@@ -25,6 +26,9 @@ SYNC_MODELS = ("ddp", "fsdp", "zero1")
 # internal/signal/job.go jobIDRe; run ids are at most 128 bytes there too.
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_RUN_ID = 128
+MAX_IDENT = 128  # launch and process strings (docs: incarnation protocol)
+DEFAULT_SHUTDOWN_TIMEOUT = 2.0
+MAX_SHUTDOWN_TIMEOUT = 60.0
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "warn": logging.WARNING,
            "error": logging.ERROR, "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
 
@@ -46,6 +50,11 @@ ENV_VARS = {
     "LAGGARD_CAPTURE_POLL_S": "seconds between capture polls / clock heartbeats (default 2)",
     "LAGGARD_CAPTURE_DIR": "directory for exported traces before upload, at most 512 MiB (default <tmp>/laggard-capture)",
     "LAGGARD_AGENT_SOCKET": "node agent socket path; laggard.init() announces pid/job/rank there (agent_socket)",
+    "LAGGARD_INCARNATION": "what every process of this launch shares (default: derived from torchelastic or Slurm; see "
+                           "launch_from_env)",
+    "LAGGARD_SHUTDOWN_TIMEOUT": "seconds the exit flush (atexit, SIGTERM, SIGHUP) may delay the process end, 0-60 "
+                                "(default 2)",
+    "LAGGARD_SIGNALS": "0: install no SIGTERM/SIGHUP/SIGINT flush handlers (atexit still flushes); default 1",
 }
 
 _warned = set()
@@ -117,7 +126,8 @@ def check_server(url):
 def from_env(environ=None):
     """Parses the LAGGARD_* variables into a dict with the keys server, job,
     run_id, out, enabled, labels, sync_model, token, log_level, collectives,
-    validation, capture, capture_poll_s, capture_dir — only those
+    validation, capture, capture_poll_s, capture_dir, incarnation,
+    shutdown_timeout, signals — only those
     that are set and valid. Invalid ones log one warning each and are left
     out, so the caller falls back to its default."""
     env = os.environ if environ is None else environ
@@ -143,12 +153,16 @@ def from_env(environ=None):
             c["job"] = v
         else:
             _bad("LAGGARD_JOB", v, "a job id must match %s" % JOB_ID_RE.pattern, "deriving the job id instead")
-    v = get("LAGGARD_RUN_ID")
-    if v:
-        if len(v.encode("utf-8")) <= MAX_RUN_ID:
-            c["run_id"] = v
+    for name, key, most, fallback in (("LAGGARD_RUN_ID", "run_id", MAX_RUN_ID, "deriving the run id instead"),
+                                      ("LAGGARD_INCARNATION", "incarnation", MAX_IDENT,
+                                       "deriving it from the launcher instead")):
+        v = get(name)
+        if not v:
+            continue
+        if len(v.encode("utf-8")) <= most:
+            c[key] = v
         else:
-            _bad("LAGGARD_RUN_ID", v, "longer than %d bytes" % MAX_RUN_ID, "deriving the run id instead")
+            _bad(name, v, "longer than %d bytes" % most, fallback)
     v = get("LAGGARD_OUT")
     if v:
         c["out"] = v
@@ -179,26 +193,33 @@ def from_env(environ=None):
     v = get("LAGGARD_TOKEN")
     if v:
         c["token"] = v  # never logged
-    for name, key in (("LAGGARD_COLLECTIVES", "collectives"), ("LAGGARD_VALIDATION", "validation"),
-                      ("LAGGARD_CAPTURE", "capture")):
+    for name, key, fallback in (("LAGGARD_COLLECTIVES", "collectives", "left off"),
+                                ("LAGGARD_VALIDATION", "validation", "left off"),
+                                ("LAGGARD_CAPTURE", "capture", "left off"),
+                                ("LAGGARD_SIGNALS", "signals", "signal handlers stay on")):
         v = get(name)
         if v is None:
             continue
         b = parse_bool(v)
         if b is None:
-            _bad(name, v, "want 1/0, true/false, yes/no or on/off", "left off")
+            _bad(name, v, "want 1/0, true/false, yes/no or on/off", fallback)
         else:
             c[key] = b
-    v = get("LAGGARD_CAPTURE_POLL_S")
-    if v:
+    for name, key, lo, hi, fallback in (
+            ("LAGGARD_CAPTURE_POLL_S", "capture_poll_s", 0.05, 3600, "polling every 2 s"),
+            ("LAGGARD_SHUTDOWN_TIMEOUT", "shutdown_timeout", 0, MAX_SHUTDOWN_TIMEOUT,
+             "using %g" % DEFAULT_SHUTDOWN_TIMEOUT)):
+        v = get(name)
+        if not v:
+            continue
         try:
             f = float(v)
         except ValueError:
             f = None
-        if f is None or not (0.05 <= f <= 3600):
-            _bad("LAGGARD_CAPTURE_POLL_S", v, "want seconds in [0.05, 3600]", "polling every 2 s")
+        if f is None or not (lo <= f <= hi):
+            _bad(name, v, "want seconds in [%g, %g]" % (lo, hi), fallback)
         else:
-            c["capture_poll_s"] = f
+            c[key] = f
     v = get("LAGGARD_CAPTURE_DIR")
     if v:
         c["capture_dir"] = v
@@ -312,3 +333,76 @@ def run_id_from_env(world=None, environ=None, host=None, pid=None, ppid=None):
     if local is None and ws == 1:
         return ("%s:%d" % (host, os.getpid() if pid is None else pid))[:MAX_RUN_ID]
     return None
+
+
+def _clip_utf8(s, n):
+    b = s.encode("utf-8")
+    return s if len(b) <= n else b[:n].decode("utf-8", "ignore")
+
+
+def launch_from_env(environ=None):
+    """What every process of this launch shares, for the server's
+    incarnations (docs/design/roles-and-runs.md), or '' when the launcher
+    says nothing (the server then groups processes itself).
+
+    LAGGARD_INCARNATION if set; else torchelastic
+    'te:<TORCHELASTIC_RUN_ID>:<TORCHELASTIC_RESTART_COUNT>' (a restart of the
+    same run id is a new launch); else Slurm
+    'slurm:<SLURM_JOB_ID>[.<SLURM_STEP_ID>]:<SLURM_RESTART_COUNT or 0>'
+    (a requeued job is a new launch). TORCHELASTIC_RUN_ID 'none' (the
+    default of a launch without rendezvous) is the same for every launch,
+    so it says nothing."""
+    env = os.environ if environ is None else environ
+    v = (env.get("LAGGARD_INCARNATION") or "").strip()
+    if v:
+        return _clip_utf8(v, MAX_IDENT)
+    rid = _elastic_run_id(env)
+    if rid:
+        restart = (env.get("TORCHELASTIC_RESTART_COUNT") or "0").strip() or "0"
+        return _clip_utf8("te:%s:%s" % (rid, restart), MAX_IDENT)
+    job = (env.get("SLURM_JOB_ID") or "").strip()
+    if job:
+        step = (env.get("SLURM_STEP_ID") or "").strip()
+        restart = (env.get("SLURM_RESTART_COUNT") or "0").strip() or "0"
+        return _clip_utf8("slurm:%s%s:%s" % (job, "." + step if step else "", restart), MAX_IDENT)
+    return ""
+
+
+_start = {}  # pid -> this process's start, ns since the epoch
+
+
+def process_start_ns():
+    """When this process started, ns since the Unix epoch: /proc's start
+    time (clock ticks after boot) plus the boot time, read once per process
+    (a forked child reads its own). Where /proc is missing, the first call's
+    time.time_ns() in this process."""
+    pid = os.getpid()
+    t = _start.get(pid)
+    if t is None:
+        t = _proc_start_ns(pid) or time.time_ns()
+        _start.clear()  # a forked child drops its parent's entry
+        _start[pid] = t
+    return t
+
+
+def _proc_start_ns(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+        # Field 22 (starttime), counted after the command name's closing paren
+        # (the name itself may hold spaces and parens).
+        ticks = int(stat[stat.rindex(b")") + 2:].split()[19])
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        hz = os.sysconf("SC_CLK_TCK")
+        return btime * 1_000_000_000 + ticks * 1_000_000_000 // hz
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def process_ident(host=None):
+    """(process, started_ns) of this process start: '<host>/<pid>/<start
+    ns>' — unique to it even where pids are reused."""
+    started = process_start_ns()
+    host = host or socket.gethostname()
+    return _clip_utf8("%s/%d/%d" % (host, os.getpid(), started), MAX_IDENT), started

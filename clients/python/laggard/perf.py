@@ -22,7 +22,6 @@ computed here and sent last; no torch.cuda.synchronize() ever; the training
 thread never blocks on or fails because of telemetry.
 """
 
-import atexit
 import functools
 import inspect
 import logging
@@ -31,7 +30,7 @@ import socket
 import sys
 import time
 
-from . import config
+from . import config, shutdown
 from .schema import (PROBE_FORWARD_CUDA, SHORT_NAMES, STAGE_OTHER, default_schema, normalize_schema, order_hash, role_group,
                      stage_index)
 from .shipper import Shipper
@@ -288,6 +287,12 @@ class Perf:
         Call close() on the training thread: from another thread a capture
         in progress is ended at the training thread's next step boundary, or
         reported failed.
+    max_batch_bytes: the most JSON one vector batch holds (batches grow
+        from batch_size when the shipper falls behind; see laggard.shipper).
+    shutdown_timeout: how long the exit flush (atexit, SIGTERM, SIGHUP)
+        may delay the end of the process, for every Perf of it together
+        (default LAGGARD_SHUTDOWN_TIMEOUT, then 2 s); signals=False (or
+        LAGGARD_SIGNALS=0) installs no signal handlers (laggard.shutdown).
     """
 
     def __init__(self, server=None, job=None, rank=None, world_size=None, schema=None, accumulation=1, role=None, *,
@@ -295,7 +300,8 @@ class Perf:
                  queue_size=4096, batch_size=256, flush_interval=1.0, timeout=2.0, event_fraction=0.1,
                  event_polls=3, enabled=None, run_id=None, token=None, sync_model=None, job_schema=None, env=True,
                  collectives=None, ddp=None, validation=None, validation_timeout=30.0, collectives_queue=65536,
-                 capture=None, capture_poll_s=None, capture_dir=None):
+                 capture=None, capture_poll_s=None, capture_dir=None, max_batch_bytes=None, shutdown_timeout=None,
+                 signals=None):
         ec = config.from_env() if env else {}
         if "log_level" in ec:
             config.apply_log_level(ec["log_level"])
@@ -349,6 +355,9 @@ class Perf:
         self._run_id_given = run_id if run_id is not None else ec.get("run_id")
         self.run_id = None  # resolved when shipping starts (needs the world size)
         self._ship_opts = dict(queue_size=queue_size, batch_size=batch_size, flush_interval=flush_interval)
+        if max_batch_bytes is not None:
+            self._ship_opts["max_batch_bytes"] = max_batch_bytes
+        self._launch = ec.get("incarnation")  # else derived from the launcher when shipping starts
         self._timeout = timeout
         if enabled is None:
             enabled = ec.get("enabled", True)
@@ -415,7 +424,14 @@ class Perf:
                     self._start_shipper()  # records and plan polls flow before the first step ends
             except Exception:
                 pass
-        atexit.register(self._atexit)
+        # Every way the process ends flushes what is queued (laggard.shutdown):
+        # atexit closes this Perf; SIGTERM/SIGHUP flush its shipper.
+        self._pid = os.getpid()
+        shutdown.configure(shutdown_timeout if shutdown_timeout is not None else ec.get("shutdown_timeout"),
+                           signals if signals is not None else ec.get("signals"))
+        self._sd_key = shutdown.register(self._exit_flush, self._hurry, on_signal=True, weak=True)
+        if self._enabled:
+            shutdown.install()
         # LAGGARD_AGENT_SOCKET set: tell the node agent which job and rank
         # this process is, so its CPU stacks and OS counters are attributed
         # (SysOM-AI §4). A daemon thread; never raises into training.
@@ -570,12 +586,17 @@ class Perf:
     def stats(self):
         """Counters: steps, sent, dropped, errors, nested, rejected,
         unknown_stages (uses of names the schema lacks; also in rejected),
-        conflicts (409s from the server), queued, event_samples, event_ready,
-        registered, shipping (False once it gave up), last_error, enabled."""
+        conflicts (409s from the server), registration_conflicts (refused
+        registrations, retried), refused (vectors the server refused one by
+        one: conflicting re-sends), queued, event_samples, event_ready,
+        registered, incarnation (the server's, or None), batch (the current
+        adaptive batch size), shipping (False once it gave up), last_error,
+        enabled."""
         d = {"steps": self._steps, "sent": 0, "dropped": self._local_drops, "errors": self._errors,
              "nested": self._nested, "rejected": self._rejected, "unknown_stages": self._unknown,
-             "unknown_stage_names": sorted(map(str, self._unknown_names)), "conflicts": 0, "queued": 0,
-             "event_samples": self._event_samples, "event_ready": self._event_ready, "registered": False,
+             "unknown_stage_names": sorted(map(str, self._unknown_names)), "conflicts": 0,
+             "registration_conflicts": 0, "refused": 0, "queued": 0, "event_samples": self._event_samples,
+             "event_ready": self._event_ready, "registered": False, "incarnation": None, "batch": 0,
              "shipping": self._enabled and not self._closed, "last_error": "", "enabled": self._enabled}
         sh = self._shipper
         if sh is not None:
@@ -584,6 +605,10 @@ class Perf:
             d["dropped"] += s["dropped"]
             d["errors"] += s["errors"]
             d["conflicts"] = s["conflicts"]
+            d["registration_conflicts"] = s["registration_conflicts"]
+            d["refused"] = s["refused"]
+            d["incarnation"] = s["incarnation"]
+            d["batch"] = s["batch"]
             d["queued"] = s["queued"]
             d["registered"] = s["registered"]
             d["last_error"] = s["last_error"]
@@ -595,6 +620,7 @@ class Perf:
             cs["dropped"] += sh.coll_drops if sh is not None else 0
             cs["comms_sent"] = sh.comms_sent if sh is not None else 0
             cs["comms_dropped"] = sh.comm_drops if sh is not None else 0
+            cs["refused"] = sh.coll_refused if sh is not None else 0
             d["collectives"] = cs
         if self._validator is not None:
             d["validation"] = self._validator.stats()
@@ -633,30 +659,59 @@ class Perf:
         Idempotent; never raises."""
         if self._closed:
             return True
+        deadline = time.monotonic() + max(0.0, timeout)
+        self._close_begin(deadline)
+        return self._close_wait(deadline)
+
+    def flush(self, timeout=5.0):
+        """Asks the shipper to send what it holds now and waits, at most
+        timeout, until everything offered before the call is acknowledged or
+        counted as dropped; True if so. Shipping goes on afterwards (close()
+        ends it). For a program's own signal handler or checkpoint hook."""
+        sh = self._shipper
+        if sh is None or self._closed or os.getpid() != self._pid:
+            return sh is None
+        end = time.monotonic() + max(0.0, timeout)
+        target = sh.qfull_drops + sh._popped + len(sh._dq)
+        sh.hurry()
+        while time.monotonic() < end:
+            if sh.sent + sh.ship_drops + sh.qfull_drops + sh.refused >= target:
+                return True
+            if not sh._thread.is_alive():
+                break
+            time.sleep(0.005)
+        return sh.sent + sh.ship_drops + sh.qfull_drops + sh.refused >= target
+
+    def _close_begin(self, deadline):
+        """The first half of close(): nothing more is recorded, held vectors
+        are emitted, the shipper starts its final flush."""
         self._closed = True
-        try:
-            atexit.unregister(self._atexit)
-        except Exception:
-            pass
+        shutdown.unregister(self._sd_key)
         if self._capture is not None:
             self._capture.stop()  # torch.distributed is itself again; queued calls still ship
-        t_end = time.monotonic() + max(0.0, timeout)
-        ok = True
-        if self._kair is not None:
-            # A capture in progress ends here; what it recorded is uploaded
-            # within half the timeout (the vectors get the rest).
-            try:
-                ok = self._kair.close(timeout / 2)
-            except Exception:  # pragma: no cover - close() is defensive
-                self._errors += 1
         try:
             self._poll_events(final=True)
             if self._shipper is not None:
-                return self._shipper.close(max(0.0, t_end - time.monotonic())) and ok
+                self._shipper.begin_close(deadline)
+        except Exception:
+            self._errors += 1
+
+    def _close_wait(self, deadline):
+        ok = True
+        if self._kair is not None:
+            # A capture in progress ends here; what it recorded is uploaded
+            # within half the time left (the vectors ship meanwhile).
+            try:
+                ok = self._kair.close(max(0.0, deadline - time.monotonic()) / 2)
+            except Exception:  # pragma: no cover - close() is defensive
+                self._errors += 1
+        try:
+            if self._shipper is not None:
+                return self._shipper.join(deadline) and ok
         except Exception:
             self._errors += 1
             return False
-        return True
+        return ok
 
     def __enter__(self):
         return self
@@ -858,10 +913,14 @@ class Perf:
                 job["run_id"] = self.run_id
             rank = {"rank": self._rank, "host": host, "local_rank": self._local_rank, "role": role,
                     "schema": self._schema}
+            process, started = config.process_ident(host)
+            launch = self._launch if self._launch is not None else config.launch_from_env()
+            identity = {"launch": launch, "process": process, "started_ns": started}
             v = self._validator
             self._shipper = Shipper(sink, job, rank, order_hash=self.order_hash, collectives=self._capture,
                                     validator=v if v is not None and v.pollable else None, capturer=self._kair,
-                                    **self._ship_opts)
+                                    identity=identity, **self._ship_opts)
+            shutdown.install()  # a Perf built off the main thread installs here, if this is the main thread
         except Exception as e:
             # A bad server URL or an unwritable path: nothing will ship, and
             # the rest of training must not notice beyond this one line.
@@ -871,11 +930,29 @@ class Perf:
             return None
         return self._shipper
 
-    def _atexit(self):
-        try:
-            self.close(timeout=1.0)
-        except Exception:
-            pass
+    def _exit_flush(self, deadline, from_signal):
+        """laggard.shutdown's hook. At exit: close() (on the main thread,
+        sharing the deadline with every other flush). On a terminating
+        signal, possibly on another thread while the training thread is
+        stopped anywhere: only the shipper's final flush, which takes no
+        lock the training thread holds; vectors held for CUDA events and the
+        step in progress are not touched (README: what is lost)."""
+        if self._closed or os.getpid() != self._pid:
+            return None
+        if not from_signal:
+            self._close_begin(deadline)
+            return self._close_wait
+        sh = self._shipper
+        if sh is None:
+            return None
+        sh.begin_close(deadline, signal_safe=True)
+        return sh.join
+
+    def _hurry(self):
+        # laggard.shutdown.hurry(): from a signal handler or its watcher thread
+        sh = self._shipper
+        if sh is not None and not self._closed:
+            sh.hurry(signal_safe=True)
 
 
 class NullPerf:
@@ -933,8 +1010,12 @@ class NullPerf:
 
     def stats(self):
         return {"steps": 0, "sent": 0, "dropped": 0, "errors": 0, "nested": 0, "rejected": 0, "unknown_stages": 0,
-                "unknown_stage_names": [], "conflicts": 0, "queued": 0, "event_samples": 0, "event_ready": 0,
-                "registered": False, "shipping": False, "last_error": "", "enabled": False}
+                "unknown_stage_names": [], "conflicts": 0, "registration_conflicts": 0, "refused": 0, "queued": 0,
+                "event_samples": 0, "event_ready": 0, "registered": False, "incarnation": None, "batch": 0,
+                "shipping": False, "last_error": "", "enabled": False}
+
+    def flush(self, timeout=5.0):
+        return True
 
     def close(self, timeout=5.0):
         return True

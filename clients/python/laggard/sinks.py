@@ -6,9 +6,12 @@ into counted drops and never lets it reach the training thread.
 
 A sink has register(job, rank), send(vectors) (dicts) and close(). One that
 also has send_encoded(texts) — each vector already JSON text — gets that
-instead. set_deadline(t), where a sink has it, is called by close() from
-another thread: no request, in flight or later, may run past t
-(time.monotonic()).
+instead, and one with `pauses = True` (HTTPSink) send_encoded(texts,
+pause=f), f called between the pieces of a large body. set_deadline(t),
+where a sink has it, is called by close() from another thread: no request,
+in flight or later, may run past t (time.monotonic()). A sink that speaks the incarnation protocol (HTTPSink)
+has set_identity(dict), called before registering, and an `incarnation`
+attribute after it, which its batches and polls carry.
 """
 
 import http.client
@@ -30,8 +33,9 @@ class ShipError(Exception):
     detail and field are the server's {"error", "field"} body."""
 
     def __init__(self, msg, status=None, retry_after=None, permanent=False, op=None, detail="", field="",
-                 timed_out=False, at_deadline=False):
+                 timed_out=False, at_deadline=False, body=None):
         super().__init__(msg)
+        self.body = body  # the error reply as decoded JSON (a dict), when it was one
         self.timed_out = timed_out
         self.at_deadline = at_deadline  # timed out at the caller's deadline, before the sink's own timeout
         self.status = status
@@ -125,12 +129,26 @@ _HTTPConnection = _deadline_connection(http.client.HTTPConnection)
 _HTTPSConnection = _deadline_connection(http.client.HTTPSConnection)
 
 
+IDENTITY_FIELDS = ("launch", "process", "started_ns")
+_PIECE = 256  # vectors joined into one piece of a large body per hold of the GIL
+
+
 class HTTPSink:
     """Speaks the HTTP contract: PUT /api/v1/jobs/{id}, POST .../ranks and
     POST .../vectors (JSON). One keep-alive connection, reopened on error.
     token, when given, goes out as Authorization: Bearer on every request.
     timeout bounds each request as a whole (connect, send, response), not
-    just each socket read."""
+    just each socket read.
+
+    Incarnations (docs/design/roles-and-runs.md): registration and rank
+    join carry this process's identity (set_identity: launch, process,
+    started_ns); the incarnation the server answers goes out with every
+    later batch and poll. A server that predates incarnations refuses the
+    identity fields as unknown (400): the registration is sent again
+    without them and no incarnation is sent afterwards, as it is when an
+    answer carries none."""
+
+    pauses = True  # send_encoded takes pause=
 
     def __init__(self, server, job_id, timeout=2.0, token=None):
         u = urllib.parse.urlsplit(server if "://" in server else "http://" + server)
@@ -146,6 +164,29 @@ class HTTPSink:
             self._headers["Authorization"] = "Bearer " + token
         self._conn = None
         self._cap = None  # set_deadline()
+        # Shared with clone()s (the capture uploader's sink), so they send
+        # the incarnation the shipper's registration learned.
+        # "plain": the batch routes ("vectors", "collectives") whose decoder
+        # refused "incarnation" as an unknown field: a server that keeps
+        # incarnations but not yet on that route gets its batches without.
+        self._meta = {"incarnation": None, "identity": None, "legacy": False, "plain": set()}
+
+    @property
+    def request_timeout(self):
+        """Seconds one request may take (the shipper keeps batches under
+        half of it)."""
+        return self._timeout
+
+    @property
+    def incarnation(self):
+        """The server's incarnation of this process (an int), or None: not
+        registered yet, or a server without incarnations."""
+        return self._meta["incarnation"]
+
+    def set_identity(self, identity):
+        """{"launch", "process", "started_ns"} sent with registration and
+        rank join."""
+        self._meta["identity"] = {k: identity[k] for k in IDENTITY_FIELDS if k in identity}
 
     def set_deadline(self, t):
         """No request, in flight or later, runs past t (time.monotonic()).
@@ -187,11 +228,14 @@ class HTTPSink:
             return payload
         text = payload[:2000].decode("utf-8", "replace")
         detail, field = text.strip()[:500], ""
+        eb = None
         try:
-            eb = json.loads(text)  # the API's {"error": "...", "field": "..."}
+            eb = json.loads(payload[:65536].decode("utf-8", "replace"))  # {"error": "...", "field": "..."}
             if isinstance(eb, dict):
                 detail = str(eb.get("error") or detail)
                 field = str(eb.get("field") or "")
+            else:
+                eb = None
         except ValueError:
             pass
         msg = "%s %s: HTTP %d %s" % (method, path, status, detail[:200])
@@ -202,29 +246,98 @@ class HTTPSink:
             except ValueError:
                 ra = None
         raise ShipError(msg, status=status, retry_after=ra, permanent=status in _PERMANENT, op=op, detail=detail,
-                        field=field)
+                        field=field, body=eb)
 
     def register(self, job, rank):
-        self._request("PUT", self._base, _json(job), "job")
-        self._request("POST", self._base + "/ranks", _json(rank), "rank")
+        """Registers the job and joins the rank; returns the incarnation
+        the server answered (None: a server without incarnations)."""
+        m = self._meta
+        a = self._register_one("PUT", self._base, job, "job")
+        b = self._register_one("POST", self._base + "/ranks", rank, "rank")
+        inc = _incarnation_of(b)
+        if inc is None:
+            inc = _incarnation_of(a)
+        m["incarnation"] = inc
+        return inc
+
+    def _register_one(self, method, path, body, op):
+        m = self._meta
+        ident = m["identity"] if not m["legacy"] else None
+        try:
+            return self._request(method, path, _json(dict(body, **ident) if ident else body), op)
+        except ShipError as e:
+            if not ident or e.status != 400 or e.field not in IDENTITY_FIELDS:
+                raise
+        # A server from before incarnations: its strict decoder refuses the
+        # identity fields. Register as before, and send no incarnation.
+        m["legacy"] = True
+        return self._request(method, path, _json(body), op)
+
+    def _head(self, op):
+        """The member that goes before a batch's items: the incarnation,
+        unless this route's decoder does not know it."""
+        m = self._meta
+        inc = m["incarnation"]
+        if inc is None or op in m["plain"]:
+            return ""
+        return '"incarnation":%d,' % inc
+
+    def _post_batch(self, path, build, op):
+        """POSTs build(head) (a body, bytes or a list of bytes pieces). A
+        server that refuses "incarnation" as an unknown field gets the batch
+        again without it (not dropped), and that route's later batches go
+        without it (polls and the other batch route keep it). Any other
+        refusal of "incarnation" (one the server no longer has) is raised:
+        the shipper registers again."""
+        try:
+            return self._post(path, build(self._head(op)), op)
+        except ShipError as e:
+            if not (e.status == 400 and self._head(op) and e.field == "incarnation" and "unknown field" in e.detail):
+                raise
+            self._meta["plain"].add(op)
+        return self._post(path, build(self._head(op)), op)
+
+    def _post(self, path, body, op):
+        if isinstance(body, list):
+            return self._request("POST", path, body, op, {"Content-Length": str(sum(len(p) for p in body))})
+        return self._request("POST", path, body, op)
 
     def send(self, vectors):
-        self._request("POST", self._base + "/vectors", _json({"vectors": vectors}), "vectors")
+        items = json.dumps(vectors, separators=(",", ":"))
+        self._post_batch(self._base + "/vectors", lambda h: ('{%s"vectors":%s}' % (h, items)).encode(), "vectors")
 
-    def send_encoded(self, texts):
-        """texts: each vector as JSON text (shipper.encode_vector)."""
-        body = ('{"vectors":[' + ",".join(texts) + "]}").encode()
-        self._request("POST", self._base + "/vectors", body, "vectors")
+    def send_encoded(self, texts, pause=None):
+        """texts: each vector as JSON text (shipper.encode_vector). A large
+        batch is joined in pieces of _PIECE vectors with pause() between
+        them (the shipper releases the interpreter lock there) and sent
+        piece by piece, never as one multi-megabyte string."""
+        if len(texts) <= _PIECE:
+            items = ",".join(texts)
+            build = lambda h: ('{%s"vectors":[%s]}' % (h, items)).encode()  # noqa: E731
+        else:
+            pieces = []
+            for i in range(0, len(texts), _PIECE):
+                if i and pause is not None:
+                    pause()
+                pieces.append((("," if i else "") + ",".join(texts[i:i + _PIECE])).encode())
+            pieces.append(b"]}")
+            build = lambda h: [('{%s"vectors":[' % h).encode()] + pieces  # noqa: E731
+        self._post_batch(self._base + "/vectors", build, "vectors")
 
     def send_collectives(self, body, world=None):
         """POST …/collectives (contracts §1): body is a collective.Batch as
         JSON text. world registers a job the server does not know yet."""
         q = "?world=%d" % world if world else ""
-        self._request("POST", self._base + "/collectives" + q, body.encode(), "collectives")
+        self._post_batch(self._base + "/collectives" + q, lambda h: ("{" + h + body[1:]).encode(), "collectives")
+
+    def _inc_query(self, sep="&"):
+        inc = self._meta["incarnation"]
+        return "%sincarnation=%d" % (sep, inc) if inc is not None else ""
 
     def poll_validation(self, rank):
         """GET …/validation?rank=R (contracts §3): the plan, or None (204)."""
-        payload = self._request("GET", "%s/validation?rank=%d" % (self._base, rank), None, "validation")
+        payload = self._request("GET", "%s/validation?rank=%d%s" % (self._base, rank, self._inc_query()), None,
+                                "validation")
         if not payload or not payload.strip():
             return None
         try:
@@ -234,8 +347,8 @@ class HTTPSink:
 
     def post_validation(self, vid, result):
         """POST …/validation/{vid}/results: this rank's result."""
-        self._request("POST", "%s/validation/%s/results" % (self._base, urllib.parse.quote(vid, safe="")),
-                      _json(result), "validation")
+        self._request("POST", "%s/validation/%s/results%s" % (self._base, urllib.parse.quote(vid, safe=""),
+                                                                   self._inc_query("?")), _json(result), "validation")
 
     def clone(self, timeout=None):
         """A sink with its own connection to the same server and job (for
@@ -259,7 +372,8 @@ class HTTPSink:
         q = "rank=%d" % rank
         if step is not None and step >= 0:
             q += "&step=%d" % step
-        payload = self._request("GET", "%s/captures/pending?%s" % (self._base, q), None, "captures")
+        payload = self._request("GET", "%s/captures/pending?%s%s" % (self._base, q, self._inc_query()), None,
+                                "captures")
         c_recv = time.time_ns()
         if not payload or not payload.strip():
             return None, None
@@ -287,8 +401,9 @@ class HTTPSink:
         saved = self._timeout
         self._timeout = max(saved, size / 2e6)
         try:
-            return self._request("POST", "%s/captures/%s/traces?rank=%d" % (
-                self._base, urllib.parse.quote(cid, safe=""), rank), body if body is not None else b"", "captures", h)
+            return self._request("POST", "%s/captures/%s/traces?rank=%d%s" % (
+                self._base, urllib.parse.quote(cid, safe=""), rank, self._inc_query()),
+                body if body is not None else b"", "captures", h)
         finally:
             self._timeout = saved
 
@@ -303,6 +418,18 @@ class HTTPSink:
 
 def _json(v):
     return json.dumps(v, separators=(",", ":")).encode()
+
+
+def _incarnation_of(payload):
+    """The "incarnation" of a registration answer: an int >= 0, else None."""
+    if not payload:
+        return None
+    try:
+        obj = json.loads(payload)
+    except ValueError:
+        return None
+    inc = obj.get("incarnation") if isinstance(obj, dict) else None
+    return inc if type(inc) is int and inc >= 0 else None
 
 
 class FileSink:

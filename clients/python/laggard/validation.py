@@ -192,6 +192,9 @@ class Validator:
         self.rank = None
         self.world = None
         self.group = None
+        # The incarnation the shipper polled the plan being offered with
+        # (set by it before each offer(); None: a server without them).
+        self.incarnation = None
         self._store = None
         self.ready = False
         self.setup_error = ""  # setup failed: plans are declined at once (R5)

@@ -8,6 +8,25 @@ declaring a stage list other than the one its role group (pipeline stage,
 role name) already registered is refused with 409; a vector whose
 order_hash differs from its rank's group schema is refused with 409
 (field order_hash).
+
+Two server generations (issue 16, incarnations):
+* old=True is a server from before incarnations: like the Go server's
+  strict decoders it refuses any field it does not know (400
+  "<field>: unknown field", "field": "<field>") in job registrations, rank
+  joins and batches — so a client must not send launch/process/started_ns
+  or incarnation to it unless it can fall back.
+* incarnations=True keeps the incarnation rules of
+  docs/design/roles-and-runs.md, restated independently of the client:
+  a non-empty launch → the newest incarnation with it, a new launch or
+  run_id → a new one, no launch → the newest; and a new one (a restart)
+  when the rank already belongs to the chosen one with another process;
+  registration answers carry "incarnation"; cells
+  (step, rank, micro) are kept per incarnation, an identical re-send is
+  idempotent and a different one is 409 naming the first conflicting
+  vector ("field": "vectors[i]") and, with list_conflicts, all of them
+  ("conflicts": [i, ...]); nothing of such a batch is stored. Like
+  `laggard serve`'s decoders, its batch routes refuse any top-level member
+  but their own and "incarnation" (400 "<field>: unknown field").
 """
 
 import hashlib
@@ -20,11 +39,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 _JOB_PATH = re.compile(r"^/api/v1/jobs/([^/]+)(/ranks|/vectors)?$")
 # Greyhound endpoints (contracts §1, §3).
 _COLL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/collectives(?:\?world=(\d+))?$")
-_VAL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation\?rank=(\d+)$")
-_RES_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation/([^/?]+)/results$")
+_VAL_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation\?rank=(\d+)(?:&incarnation=(\d+))?$")
+_RES_PATH = re.compile(r"^/api/v1/jobs/([^/?]+)/validation/([^/?]+)/results(?:\?incarnation=(\d+))?$")
 # KAIR captures (contracts C).
-_CAP_PENDING = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/pending\?rank=(\d+)(?:&step=(\d+))?$")
-_CAP_TRACE = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/([^/?]+)/traces\?rank=(\d+)$")
+_CAP_PENDING = re.compile(
+    r"^/api/v1/jobs/([^/?]+)/captures/pending\?rank=(\d+)(?:&step=(?P<step>\d+))?(?:&incarnation=(?P<inc>\d+))?$")
+_CAP_TRACE = re.compile(r"^/api/v1/jobs/([^/?]+)/captures/([^/?]+)/traces\?rank=(\d+)(?:&incarnation=(?P<inc>\d+))?$")
+# What the Go decoders know (internal/signal/job.go), for old=True.
+_JOB_FIELDS = {"id", "name", "world_size", "schema", "accumulation", "ranks", "groups", "labels", "run_id", "created"}
+_RANK_FIELDS = {"rank", "host", "local_rank", "role", "schema"}
+IDENTITY = ("launch", "process", "started_ns")
+# FakeServer(unknown=...): the batch members a `laggard serve` that keeps
+# incarnations refused as unknown fields before its collective batches took
+# "incarnation" (issue 16, fe9f1ab..f968958).
+SERVE_UNKNOWN_BEFORE_F968958 = (("collectives", "incarnation"),)
 _OPS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AllToAll", "Send", "Recv", "Barrier")
 _CALL_FIELDS = ("rank", "comm", "seq", "op", "bytes", "peer", "root", "enter_ns", "return_ns", "step")
 
@@ -66,10 +94,20 @@ class FakeServer:
     and never end (its Content-Length is never reached), as a server that
     trickles its answer does (D10)."""
 
-    def __init__(self, behaviour=None, strict=True, trickle=None):
+    def __init__(self, behaviour=None, strict=True, trickle=None, incarnations=False, old=False,
+                 list_conflicts=True, unknown=()):
         self.requests = []
         self.behaviour = behaviour
         self.strict = strict
+        self.incarnations = incarnations
+        self.old = old
+        # (route, field) pairs a route's strict decoder does not know yet
+        # (400 "<field>: unknown field") on a server that keeps
+        # incarnations (SERVE_UNKNOWN_BEFORE_F968958).
+        self.unknown = set(unknown)
+        self.list_conflicts = list_conflicts
+        self.cell_conflicts = 0  # vectors refused as conflicting re-sends
+        self.query_incarnations = []  # incarnation= of polls and results
         self.trickle = trickle
         self.trickled = 0  # bytes written by trickling replies
         self._closed = threading.Event()
@@ -168,6 +206,18 @@ class FakeServer:
         self._thread.start()
 
     # --- the server's rules (called under the lock) -----------------------
+    def _unknown(self, body, known, route=None):
+        """The 400 of a strict decoder for the first field it does not know:
+        any field outside known (old=True), a batch member outside known and
+        "incarnation" (incarnations=True), or one of self.unknown."""
+        if not isinstance(body, dict):
+            return None
+        for f in body:
+            if ((self.old and f not in known) or (route, f) in self.unknown
+                    or (self.incarnations and route and f not in known and f != "incarnation")):
+                return (400, {}, {"error": "%s: unknown field" % f, "field": f}, 0)
+        return None
+
     def _default(self, method, path, body, k):
         g = self._greyhound(method, path, body, k)
         if g is not None:
@@ -176,6 +226,10 @@ class FakeServer:
         if not m:
             return (404, {}, {"error": "no route"}, 0)
         job_id, sub = m.group(1), m.group(2)
+        known = {None: _JOB_FIELDS, "/ranks": _RANK_FIELDS, "/vectors": {"vectors"}}[sub]
+        refused = self._unknown(body, known, "vectors" if sub == "/vectors" else None)
+        if refused:
+            return refused
         if sub is None and method == "PUT":
             return self._put_job(job_id, body)
         job = self.jobs.get(job_id)
@@ -187,13 +241,64 @@ class FakeServer:
             return self._vectors(job, body)
         return (405, {}, {"error": "method"}, 0)
 
+    # --- incarnations -------------------------------------------------------
+    def _check_identity(self, body):
+        for f, t in (("launch", str), ("process", str), ("started_ns", int)):
+            if f in body and (type(body[f]) is not t or (t is str and len(body[f].encode()) > 128)):
+                return (400, {}, {"error": "%s: bad value" % f, "field": f}, 0)
+        return None
+
+    def _inc_for_launch(self, job, launch, run_id):
+        """The incarnation a registration belongs to (None: decided by the
+        rank join, for a launch-less process)."""
+        incs = job["incs"]
+        if launch:
+            for i in range(len(incs) - 1, -1, -1):  # the newest with that launch id
+                if incs[i]["launch"] == launch:
+                    return i
+            incs.append({"launch": launch, "run_id": run_id, "procs": {}, "cells": {}})
+            return len(incs) - 1
+        if not incs or incs[-1]["run_id"] != run_id:  # a resubmission: a new incarnation, not a 409
+            incs.append({"launch": "", "run_id": run_id, "procs": {}, "cells": {}})
+        return len(incs) - 1
+
+    def _reply_inc(self, body, inc):
+        out = dict(body)
+        out["incarnation"] = inc
+        return out
+
+    def incarnation_of(self, job_id, inc):
+        return self.jobs[job_id]["incs"][inc]
+
+    def _batch_inc(self, job, body, kind):
+        """The incarnation a batch goes to, or a 400 reply."""
+        inc = body.get("incarnation") if isinstance(body, dict) else None
+        if inc is None:
+            return len(job["incs"]) - 1, None
+        if type(inc) is not int or not (0 <= inc < len(job["incs"])):
+            return None, (400, {}, {"error": "incarnation: no incarnation %r" % (inc,), "field": "incarnation"}, 0)
+        return inc, None
+
     def _put_job(self, job_id, body):
         schema = body.get("schema") or {}
         run_id = body.get("run_id", "")
         old = self.jobs.get(job_id)
+        if self.incarnations:
+            bad = self._check_identity(body)
+            if bad:
+                return bad
         if old is None:
-            self.jobs[job_id] = {"run_id": run_id, "schema": schema, "ranks": {}, "groups": {}}
+            self.jobs[job_id] = {"run_id": run_id, "schema": schema, "ranks": {}, "groups": {}, "incs": []}
+            if self.incarnations:
+                inc = self._inc_for_launch(self.jobs[job_id], body.get("launch", ""), run_id)
+                return (201, {}, self._reply_inc(body, inc), 0)
             return (201, {}, body, 0)
+        if self.incarnations:
+            if self.strict and go_order_hash(old["schema"]) != go_order_hash(schema):
+                return (409, {}, {"error": "job %r is registered with a different ordered stage list" % job_id,
+                                  "field": "schema.stages"}, 0)
+            inc = self._inc_for_launch(old, body.get("launch", ""), run_id)
+            return (200, {}, self._reply_inc(body, inc), 0)
         if self.strict and old["run_id"] != run_id:
             return (409, {}, {"error": "job %r belongs to run %r, not run %r; use another job id" % (
                 job_id, old["run_id"], run_id), "field": "run_id"}, 0)
@@ -215,10 +320,54 @@ class FakeServer:
             if group != "default":
                 job["groups"].setdefault(group, schema)
         job["ranks"][body["rank"]] = group
+        if self.incarnations:
+            bad = self._check_identity(body)
+            if bad:
+                return bad
+            incs = job["incs"]
+            launch, proc = body.get("launch", ""), body.get("process", "")
+            if launch:
+                i = self._inc_for_launch(job, launch, incs[-1]["run_id"] if incs else "")
+            else:
+                if not incs:
+                    incs.append({"launch": "", "run_id": job["run_id"], "procs": {}, "cells": {}})
+                i = len(incs) - 1
+            held = incs[i]["procs"].get(body["rank"])
+            if held is not None and held != proc:  # this rank restarted (same launch id or none): a new one
+                incs.append({"launch": launch, "run_id": incs[i]["run_id"], "procs": {}, "cells": {}})
+                i = len(incs) - 1
+            incs[i]["procs"][body["rank"]] = proc
+            return (200, {}, self._reply_inc(body, i), 0)
         return (200, {}, body, 0)
 
     def _vectors(self, job, body):
         vs = body["vectors"]
+        if self.incarnations and job is not None:
+            inc, bad = self._batch_inc(job, body, "vectors")
+            if bad:
+                return bad
+            if not job["incs"]:
+                job["incs"].append({"launch": "", "run_id": job["run_id"], "procs": {}, "cells": {}})
+                inc = 0
+            cells = job["incs"][inc]["cells"]
+            conflicts = []
+            for i, v in enumerate(vs):
+                key = (v["step"], v["rank"], v.get("micro", 0))
+                val = json.dumps({k: x for k, x in v.items() if k != "dropped"}, sort_keys=True)
+                if key in cells and cells[key] != val:
+                    conflicts.append(i)
+            if conflicts:
+                self.cell_conflicts += len(conflicts)
+                i = conflicts[0]
+                v = vs[i]
+                out = {"error": "vectors[%d]: step %d rank %d micro %d of incarnation %d is stored with other values"
+                                % (i, v["step"], v["rank"], v.get("micro", 0), inc), "field": "vectors[%d]" % i}
+                if self.list_conflicts:
+                    out["conflicts"] = conflicts
+                return (409, {}, out, 0)
+            for v in vs:
+                cells[(v["step"], v["rank"], v.get("micro", 0))] = json.dumps(
+                    {k: x for k, x in v.items() if k != "dropped"}, sort_keys=True)
         for i, v in enumerate(vs):
             if "order_hash" not in v:
                 self.missing_order_hash += 1
@@ -237,6 +386,9 @@ class FakeServer:
         m = _COLL_PATH.match(path)
         if m and method == "POST":
             job_id = m.group(1)
+            refused = self._unknown(body, {"comms", "calls", "dropped"}, "collectives")
+            if refused:
+                return refused
             if self.strict and job_id not in self.jobs and not m.group(2):
                 return (404, {}, {"error": "job not registered and no world given", "field": "world"}, 0)
             why = check_batch(body)
@@ -251,22 +403,28 @@ class FakeServer:
             return (200, {}, {"accepted_calls": len(body.get("calls") or []),
                               "accepted_comms": len(body.get("comms") or []), "duplicates": 0}, self.coll_delay)
         m = _VAL_PATH.match(path)
+        if m and m.group(3) is not None:
+            self.query_incarnations.append(("validation", int(m.group(3))))
         if m and method == "GET":
             plan = self.plans.get(m.group(1))
             if callable(plan):
                 plan = plan(int(m.group(2)), k)
             return (200, {}, plan, 0) if plan else (204, {}, None, 0)
         m = _CAP_PENDING.match(path)
+        if m and m.group("inc") is not None:
+            self.query_incarnations.append(("captures", int(m.group("inc"))))
         if m and method == "GET":
             recv = time.time_ns() + self.clock_skew_ns
-            if m.group(3) is not None:
-                self.poll_steps.setdefault((m.group(1), int(m.group(2))), []).append(int(m.group(3)))
+            if m.group("step") is not None:
+                self.poll_steps.setdefault((m.group(1), int(m.group(2))), []).append(int(m.group("step")))
             cap = self.captures.get(m.group(1))
             if callable(cap):
                 cap = cap(int(m.group(2)), k)
             return (200, {}, {"capture": cap, "server_recv_ns": recv,
                               "server_send_ns": time.time_ns() + self.clock_skew_ns}, 0)
         m = _CAP_TRACE.match(path)
+        if m and m.group("inc") is not None:
+            self.query_incarnations.append(("traces", int(m.group("inc"))))
         if m and method == "POST":
             import gzip
             raw = body["_bytes"]
