@@ -58,6 +58,9 @@ var metrics = map[string]string{
 	"laggard_store_free_bytes":             "gauge",
 	"laggard_store_disk_full":              "gauge",
 	"laggard_retention_deleted_jobs_total": "counter",
+	// issue 16: conflicting re-sends refused, job launches opened
+	"laggard_ingest_conflicts_total":         "counter",
+	"laggard_jobs_incarnations_opened_total": "counter",
 	// background evaluation
 	"laggard_build_info":                            "gauge",
 	"laggard_job_exposed_step_ms":                   "gauge",
