@@ -492,3 +492,34 @@ func TimeWindow(job *signal.Job, inc int, from, to int64) (int64, int64) {
 	lo, hi := job.TimeSpan(inc)
 	return max(from, lo), min(to, hi)
 }
+
+// ScanStepSpan is OrdinalSource.StepSpan for a Source that has only
+// Scan (test doubles, in-memory sources): one pass over [lo, hi].
+func ScanStepSpan(src Source, job string, lo, hi int64) (first, last int64, ok bool, err error) {
+	err = src.Scan(job, lo, hi, func(v *stagevec.Vector) error {
+		if !ok {
+			first, ok = v.Step, true
+		}
+		last = v.Step
+		return nil
+	})
+	return first, last, ok, err
+}
+
+// ScanLastStepsIn is OrdinalSource.LastStepsIn for a Source that has only
+// Scan: it collects the distinct steps of [lo, hi] (fine for the small
+// jobs such sources hold; the store answers from its index).
+func ScanLastStepsIn(src Source, job string, lo, hi int64, n int) (from, to int64, got int, err error) {
+	var steps []int64
+	err = src.Scan(job, lo, hi, func(v *stagevec.Vector) error {
+		if len(steps) == 0 || steps[len(steps)-1] != v.Step {
+			steps = append(steps, v.Step)
+		}
+		return nil
+	})
+	if err != nil || len(steps) == 0 || n < 1 {
+		return 0, 0, 0, err
+	}
+	got = min(n, len(steps))
+	return steps[len(steps)-got], steps[len(steps)-1], got, nil
+}

@@ -238,29 +238,11 @@ func (m *multiSource) LastSteps(id string, n int) (int64, int64, bool, error) {
 // StepSpan and LastStepsIn make multiSource an analysis.OrdinalSource,
 // as the store is: reports read one incarnation through a view.
 func (m *multiSource) StepSpan(id string, lo, hi int64) (first, last int64, ok bool, err error) {
-	err = m.Scan(id, lo, hi, func(v *stagevec.Vector) error {
-		if !ok {
-			first, ok = v.Step, true
-		}
-		last = v.Step
-		return nil
-	})
-	return first, last, ok, err
+	return analysis.ScanStepSpan(m, id, lo, hi)
 }
 
 func (m *multiSource) LastStepsIn(id string, lo, hi int64, n int) (from, to int64, got int, err error) {
-	var steps []int64
-	err = m.Scan(id, lo, hi, func(v *stagevec.Vector) error {
-		if len(steps) == 0 || steps[len(steps)-1] != v.Step {
-			steps = append(steps, v.Step)
-		}
-		return nil
-	})
-	if err != nil || len(steps) == 0 || n < 1 {
-		return 0, 0, 0, err
-	}
-	got = min(n, len(steps))
-	return steps[len(steps)-got], steps[len(steps)-1], got, nil
+	return analysis.ScanLastStepsIn(m, id, lo, hi, n)
 }
 
 // List implements detect.Jobs.
