@@ -682,6 +682,10 @@ func TestBrowser(t *testing.T) {
 		if got := p.text("#headline .named"); !strings.Contains(got, fmt.Sprintf("rank %d", restartRank)) {
 			t.Errorf("first launch's straggler %q, want rank %d", got, restartRank)
 		}
+		// The collective and CPU-profile sections follow the selector too.
+		p.wait(`(() => { const u = performance.getEntriesByType('resource').map((e) => e.name);
+			return u.some((n) => /\/greyhound\?incarnation=0$/.test(n)) && u.some((n) => /\/sysom\?incarnation=0$/.test(n)); })()`,
+			"Greyhound's and SysOM-AI's reports asked for launch #0")
 		p.click(`.launches button[data-incarnation="all"]`)
 		p.waitParam("incarnation", "all")
 		p.wait(`document.querySelector('svg.timeline g.restart')`, "a restart marker on the time axis")

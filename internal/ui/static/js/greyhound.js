@@ -35,9 +35,12 @@ const SLOW = 1.1;
 
 // loadGreyhound never rejects (the page must not fail for it):
 // {report}, {missing} for a 404, {error}, or {aborted}.
-export async function loadGreyhound(id, signal, fresh) {
+// params: the page's query; its incarnation (the launch selector) is the
+// launch the report reads, as the stage report's.
+export async function loadGreyhound(id, signal, fresh, params) {
   try {
-    const report = await cachedJSON(greyhoundPath(id), signal, fresh);
+    const inc = params && params.get('incarnation');
+    const report = await cachedJSON(greyhoundPath(id) + (inc ? `?incarnation=${encodeURIComponent(inc)}` : ''), signal, fresh);
     // A report over zero calls says nothing either.
     if (!(report && report.telemetry && report.telemetry.calls > 0)) return { missing: true, message: '' };
     return { report };
@@ -135,6 +138,7 @@ export function greyhoundView(gh, ctx = {}) {
   const latHost = el('div', { class: 'gh-lat', id: 'gh-lateness' });
   const node = el('section', { class: 'gh', id: 'greyhound', 'aria-labelledby': 'gh-title' },
     head(`${fmtInt(t.calls)} calls from ${fmtInt(t.ranks)} ranks${t.dropped ? ` · ${fmtInt(t.dropped)} dropped` : ''} · detector ${r.detector || '—'}`),
+    r.incarnation_note ? el('p', { class: 'note gh-incarnation-note' }, r.incarnation_note) : null,
     t.limited || t.dropped > 0
       ? el('p', { class: 'note gh-telemetry-note' }, `Collective telemetry is incomplete${t.dropped ? ` (${fmtInt(t.dropped)} records dropped by the capture rings)` : ''}: lateness and group times may miss calls.`)
       : null,

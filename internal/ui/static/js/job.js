@@ -33,7 +33,7 @@ export async function loadJob(route, signal, fresh) {
   });
   const rep = cachedJSON(reportPath(id, q), signal, fresh);
   const all = route.params.has('group') ? cachedJSON(reportPath(id, reportQuery(route.params, ['group'])), signal, fresh) : rep;
-  const gh = loadGreyhound(id, signal, fresh); // never rejects
+  const gh = loadGreyhound(id, signal, fresh, route.params); // never rejects
   const sy = loadSysom(id, route.params, signal, fresh); // never rejects
   const kr = loadKair(id, route.params, signal, fresh); // never rejects
   let r;

@@ -94,7 +94,8 @@ export function selection(params, rep) {
 export async function loadSysom(id, params, signal, fresh) {
   const base = jobBase(id);
   try {
-    const rep = await settle(cachedJSON(base + 'sysom', signal, fresh));
+    // The page's launch selector: the report (and so its window) reads that launch.
+    const rep = await settle(cachedJSON(base + 'sysom' + qs({ incarnation: params.get('incarnation') || null }), signal, fresh));
     const sel = selection(params, rep.v);
     const win = { from_ns: sel.from, to_ns: sel.to };
     const fgQ = sel.group != null ? { group: sel.group, ...win } : { rank: sel.rank, ...win };
