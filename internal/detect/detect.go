@@ -396,6 +396,6 @@ func (m *metrics) publish(job string, rep *analysis.Report, sum *Summary, s *job
 		m.changes.WithLabelValues(job, string(k)).Set(float64(n))
 	}
 	m.ratio.WithLabelValues(job).Set(ratio)
-	m.lastStep.WithLabelValues(job).Set(float64(s.lastStep))
+	m.lastStep.WithLabelValues(job).Set(float64(sum.LastStep)) // the training step, not the stored ordinal
 	m.evaluatedAt.WithLabelValues(job).Set(float64(sum.EvaluatedAt.UnixNano()) / 1e9)
 }

@@ -176,3 +176,40 @@ func (m *manyJobs) List() ([]*signal.Job, error) {
 }
 
 func (m *manyJobs) Stats(string) (analysis.JobStats, error) { return m.g.Stats(m.g.job.ID) }
+
+// restarted stores its steps as the store does after one restart:
+// ordinals of incarnation 1 (stagevec.Ordinal).
+type restarted struct{ *growing }
+
+func (r restarted) Stats(id string) (analysis.JobStats, error) {
+	st, err := r.growing.Stats(id)
+	if err == nil && st.Vectors > 0 {
+		st.FirstStep, st.LastStep = stagevec.Ordinal(1, st.FirstStep), stagevec.Ordinal(1, st.LastStep)
+	}
+	return st, err
+}
+
+// After a restart laggard_job_last_step and the summary show the training
+// step, never the stored ordinal (2^48 + step): a dashboard compares it
+// with the step the job's own logs print.
+func TestLastStepMetricIsTheTrainingStep(t *testing.T) {
+	g := newGrowing("train", sim.DDP{Ranks: 4, Steps: 120, Seed: 1})
+	r := restarted{g}
+	now := time.Unix(1_800_000_000, 0)
+	d, err := New(Config{Interval: -1, ActiveFor: 10 * time.Minute}, r, r, r, prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.now = func() time.Time { return now }
+	g.advance(40)
+	d.EvaluateOnce(context.Background())
+	g.advance(120)
+	now = now.Add(30 * time.Second)
+	d.EvaluateOnce(context.Background())
+	if v := testutil.ToFloat64(d.m.lastStep.WithLabelValues("train")); v != 119 {
+		t.Errorf("laggard_job_last_step = %v, want 119 (the training step of incarnation 1)", v)
+	}
+	if s, _ := d.Latest("train"); s.(*Summary).LastStep != 119 || s.(*Summary).Incarnation != 1 {
+		t.Errorf("summary last step %d of incarnation %d, want 119 of 1", s.(*Summary).LastStep, s.(*Summary).Incarnation)
+	}
+}
