@@ -654,7 +654,7 @@ func (w *collWork) mergeComm(c *collective.Comm, newSizes *int64) (changed bool,
 		w.sizes += int64(c.Size)
 		d.hdr.Size, d.hdrDirty, changed = c.Size, true, true
 	case d.hdr.Size != c.Size:
-		return false, &signal.ConflictError{Field: "size", Msg: fmt.Sprintf("communicator %q has size %d, this report says %d", signal.Clip(c.ID), d.hdr.Size, c.Size)}
+		return false, &signal.ConflictError{Field: "size", Msg: fmt.Sprintf("communicator %s has size %d, this report says %d", sentComm(c.ID), d.hdr.Size, c.Size)}
 	}
 	for _, f := range []struct {
 		name      string
@@ -665,7 +665,7 @@ func (w *collWork) mergeComm(c *collective.Comm, newSizes *int64) (changed bool,
 		case *f.have == "":
 			*f.have, d.hdrDirty, changed = *f.got, true, true
 		default:
-			return false, &signal.ConflictError{Field: f.name, Msg: fmt.Sprintf("communicator %q has %s %q, this report says %q", signal.Clip(c.ID), f.name, signal.Clip(*f.have), signal.Clip(*f.got))}
+			return false, &signal.ConflictError{Field: f.name, Msg: fmt.Sprintf("communicator %s has %s %q, this report says %q", sentComm(c.ID), f.name, signal.Clip(*f.have), signal.Clip(*f.got))}
 		}
 	}
 	place := func(field string, cr, rank int) error {
@@ -678,14 +678,14 @@ func (w *collWork) mergeComm(c *collective.Comm, newSizes *int64) (changed bool,
 			if cur == r32 {
 				return nil
 			}
-			return &signal.ConflictError{Field: field, Msg: fmt.Sprintf("communicator %q has rank %d at comm_rank %d, this report puts rank %d there", signal.Clip(c.ID), cur, cr, rank)}
+			return &signal.ConflictError{Field: field, Msg: fmt.Sprintf("communicator %s has rank %d at comm_rank %d, this report puts rank %d there", sentComm(c.ID), cur, cr, rank)}
 		}
 		j, ok := base.commRankOf(r32)
 		if !ok {
 			j, ok = d.addAt[r32]
 		}
 		if ok {
-			return &signal.ConflictError{Field: field, Msg: fmt.Sprintf("communicator %q has rank %d at comm_rank %d, this report puts it at %d", signal.Clip(c.ID), rank, j, cr)}
+			return &signal.ConflictError{Field: field, Msg: fmt.Sprintf("communicator %s has rank %d at comm_rank %d, this report puts it at %d", sentComm(c.ID), rank, j, cr)}
 		}
 		if d.add == nil {
 			d.add, d.addAt = map[int32]int32{}, map[int32]int32{}

@@ -187,4 +187,18 @@ func TestCollectiveResendAcrossIncarnations(t *testing.T) {
 	if strings.Contains(err.Error(), "inc1:") {
 		t.Errorf("the 409 names the stored communicator id: %v", err)
 	}
+	// A communicator of incarnation 1 reported with another size: its 409
+	// names the communicator as sent too.
+	join := collective.Batch{Comms: []collective.Comm{{ID: "w", Size: 2, Rank: 0, CommRank: 0}}}
+	join.Namespace(1)
+	if _, err := s.AppendCollectives("j", &join); err != nil {
+		t.Fatal(err)
+	}
+	resize := collective.Batch{Comms: []collective.Comm{{ID: "w", Size: 3, Rank: 1, CommRank: 1}}}
+	resize.Namespace(1)
+	_, err = s.AppendCollectives("j", &resize)
+	var ce *signal.ConflictError
+	if !errors.As(err, &ce) || ce.Field != "comms[0].size" || !strings.Contains(ce.Msg, `"w" of incarnation 1`) || strings.Contains(ce.Msg, "inc1:") {
+		t.Errorf("a communicator of incarnation 1 re-sized: %v, want a conflict naming comms[0].size and the communicator as sent", err)
+	}
 }
