@@ -59,7 +59,7 @@ type Kair struct {
 	mu   sync.Mutex
 	det  *Detector
 	gh   *Controller
-	seen map[string]int64 // job → step of the newest onset seen (fresh-onset test)
+	seen map[string]onsetSeen // job → the newest onset seen (fresh-onset test)
 }
 
 // NewKair returns the controller over k; its metrics are registered on
@@ -69,7 +69,7 @@ func NewKair(cfg KairConfig, jobs Jobs, k *analysis.Kair, reg prometheus.Registe
 	if log == nil {
 		log = slog.Default()
 	}
-	kc := &Kair{cfg: cfg, k: k, jobs: jobs, log: log.With("component", "kair"), now: time.Now, seen: map[string]int64{},
+	kc := &Kair{cfg: cfg, k: k, jobs: jobs, log: log.With("component", "kair"), now: time.Now, seen: map[string]onsetSeen{},
 		captures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "laggard", Subsystem: "kair", Name: "captures_total",
 			Help: "KAIR captures entering a state (pending when created; then recording, complete, partial, expired or cancelled), by trigger (manual, auto)."},
 			[]string{"trigger", "state"})}
@@ -264,6 +264,14 @@ func (o observer) Run(ctx context.Context, req analysis.Request) (*analysis.Repo
 // one auto capture per key), reason says it to the operator.
 type finding struct{ key, reason string }
 
+// onsetSeen is the newest onset step seen in one launch of a job: a
+// restarted launch counts its steps from its own start, so its onsets are
+// compared with its own, never with the previous launch's.
+type onsetSeen struct {
+	inc  int
+	step int64
+}
+
 // ObserveReport checks a StageFrontier report of job for a trigger
 // signal: a named straggler (keyed by the named ranks), or a fresh onset
 // change point (newer than the newest one seen before; the first report
@@ -272,6 +280,12 @@ type finding struct{ key, reason string }
 // or not seen advancing since the server started) fires nothing: no rank
 // would poll its capture.
 func (k *Kair) ObserveReport(job string, rep *analysis.Report) {
+	// The launch the report reads: a finding is once per launch (a
+	// restarted job that slows at the same step again is captured again).
+	inc := 0
+	if rep.Incarnations != nil && rep.Incarnations.Analysed > 0 {
+		inc = rep.Incarnations.Analysed
+	}
 	var fs []finding
 	var suspects []int
 	for _, g := range rep.Groups {
@@ -308,11 +322,15 @@ func (k *Kair) ObserveReport(job string, rep *analysis.Report) {
 		if onset != nil {
 			k.mu.Lock()
 			prev, seen := k.seen[job]
-			if !seen || onset.Step > prev {
-				k.seen[job] = onset.Step
+			if seen && prev.inc != inc {
+				// A new launch: any onset in it is fresh.
+				prev = onsetSeen{inc, -1}
+			}
+			if !seen || onset.Step > prev.step {
+				k.seen[job] = onsetSeen{inc, onset.Step}
 			}
 			k.mu.Unlock()
-			if seen && onset.Step > prev {
+			if seen && onset.Step > prev.step {
 				fs = append(fs, finding{key: fmt.Sprintf("onset:%d", onset.Step),
 					reason: fmt.Sprintf("step-time onset at step %d: %.1f → %.1f ms (%+.0f%%)", onset.Step, onset.BeforeMS, onset.AfterMS, onset.Rel*100)})
 			}
@@ -320,6 +338,11 @@ func (k *Kair) ObserveReport(job string, rep *analysis.Report) {
 	}
 	if len(fs) == 0 {
 		return
+	}
+	if inc > 0 {
+		for i := range fs {
+			fs[i].key = fmt.Sprintf("inc%d:%s", inc, fs[i].key)
+		}
 	}
 	if !k.active(job) {
 		k.log.Debug("auto capture: job not advancing", "job", job, "signal", fs[0].key)

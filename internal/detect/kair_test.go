@@ -141,6 +141,35 @@ func TestKairFreshOnset(t *testing.T) {
 	}
 }
 
+// A restarted launch counts its steps from its own start: its onset at
+// step 120 is fresh although launch 0's was at 150, and a finding
+// captured in launch 0 (the same straggler) is captured again in launch 1.
+func TestKairFindingsPerLaunch(t *testing.T) {
+	e := newKairTest(t, 4, KairConfig{Cooldown: time.Minute})
+	e.k.ObserveReport("j", onsetReport(100))
+	e.k.ObserveReport("j", onsetReport(150))
+	e.now = e.now.Add(2 * time.Hour) // past the capture's deadline and the cooldown
+	e.k.ObserveReport("j", stragglerReport(2, ""))
+	if cs := e.captures(t); len(cs) != 2 || cs[0].Signal != "straggler:2" {
+		t.Fatalf("launch 0: %d captures, newest %+v", len(cs), cs[0])
+	}
+	relaunched := func(rep *analysis.Report) *analysis.Report {
+		rep.Incarnations = &analysis.Incarnations{Analysed: 1, Newest: 1}
+		return rep
+	}
+	e.now = e.now.Add(2 * time.Hour)
+	e.k.ObserveReport("j", relaunched(onsetReport(120)))
+	cs := e.captures(t)
+	if len(cs) != 3 || cs[0].Signal != "inc1:onset:120" {
+		t.Fatalf("launch 1's onset at step 120 (launch 0's at 150): %d captures, newest %+v", len(cs), cs[0])
+	}
+	e.now = e.now.Add(2 * time.Hour)
+	e.k.ObserveReport("j", relaunched(stragglerReport(2, "")))
+	if cs := e.captures(t); len(cs) != 4 || cs[0].Signal != "inc1:straggler:2" {
+		t.Fatalf("launch 1's straggler (captured in launch 0): %d captures, newest %+v", len(cs), cs[0])
+	}
+}
+
 type fixedReporter struct {
 	rep *analysis.Report
 	err error
