@@ -264,7 +264,7 @@ func (s *Sysom) Report(ctx context.Context, req SysomRequest) (*SysomReport, err
 	// directly, with no offset to estimate (the engine's alignment).
 	in.Hosts = rankHosts(j)
 	var iterNote string
-	in.IterMs, iterNote = s.iterMs(j.ID, calls)
+	in.IterMs, iterNote = s.iterMs(j, inc, calls)
 	if iterNote != "" {
 		notes = append(notes, "current window: "+iterNote)
 	}
@@ -273,7 +273,7 @@ func (s *Sysom) Report(ctx context.Context, req SysomRequest) (*SysomReport, err
 		if err != nil {
 			return nil, err
 		}
-		in.IterBaseMs, iterNote = s.iterMs(j.ID, bcalls)
+		in.IterBaseMs, iterNote = s.iterMs(j, inc, bcalls)
 		if iterNote != "" {
 			notes = append(notes, "baseline window: "+iterNote)
 		}
@@ -564,7 +564,8 @@ func (s *Sysom) osBatches(ctx context.Context, job string, from, to int64) ([]os
 // ACF period on up to IterRanks ranks (the longest series wins), else the
 // stage vectors' median step wall time over the steps the calls name.
 // note says why it is unknown (0).
-func (s *Sysom) iterMs(job string, calls []collective.Call) (float64, string) {
+func (s *Sysom) iterMs(j *signal.Job, inc int, calls []collective.Call) (float64, string) {
+	job := j.ID
 	if len(calls) == 0 {
 		return 0, "iteration time unknown: no collective calls"
 	}
@@ -613,7 +614,17 @@ func (s *Sysom) iterMs(job string, calls []collective.Call) (float64, string) {
 		rank int
 	}
 	wall := map[key]float64{}
-	_ = s.src.Scan(job, lo, hi, func(v *stagevec.Vector) error {
+	// The calls name training steps; a store keeps a restarted launch's
+	// as ordinals (stagevec.Ordinal): read the launch the window is in
+	// (the newest for incarnation=all, whose calls may span launches).
+	from, to := lo, hi
+	if _, ok := s.src.(OrdinalSource); ok {
+		if inc < 0 {
+			inc = j.Current()
+		}
+		from, to = stagevec.OrdinalRange(inc, lo, hi)
+	}
+	_ = s.src.Scan(job, from, to, func(v *stagevec.Vector) error {
 		if v.WallMS > 0 {
 			wall[key{v.Step, v.Rank}] += v.WallMS
 		}

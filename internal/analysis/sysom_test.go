@@ -167,11 +167,12 @@ func TestSysomIterationTime(t *testing.T) {
 		calls = append(calls, *c)
 		return nil
 	})
-	ms, note := s.iterMs("sj", calls)
+	j, _ := s.src.Job("sj")
+	ms, note := s.iterMs(j, IncNewest, calls)
 	if math.Abs(ms-1000) > 1 || note != "" {
 		t.Errorf("iteration time %.3f ms (%q), want 1000", ms, note)
 	}
-	if ms, note := s.iterMs("sj", nil); ms != 0 || !strings.Contains(note, "no collective calls") {
+	if ms, note := s.iterMs(j, IncNewest, nil); ms != 0 || !strings.Contains(note, "no collective calls") {
 		t.Errorf("no calls: %v %q", ms, note)
 	}
 }
@@ -588,5 +589,42 @@ func TestSysomIncarnationWindows(t *testing.T) {
 	rep, err := s.Report(context.Background(), SysomRequest{Job: "sj"})
 	if err != nil || rep.Incarnation != 1 || len(rep.Notes) == 0 || !strings.Contains(rep.Notes[0], "incarnation 1") {
 		t.Fatalf("report: %+v %v", rep, err)
+	}
+}
+
+// Without a recurring call pattern the iteration time comes from the stage
+// vectors of the steps the calls name — of the launch the window reads: a
+// restarted job stores its newest launch's steps as ordinals, and launch
+// 0's step 3 is not launch 1's.
+func TestSysomIterationTimeOfTheLaunch(t *testing.T) {
+	st, s := newSysomStore(t, sysomJob{minutes: 8}, SysomLimits{})
+	j, _ := st.Job("sj")
+	j.Incarnations = []signal.Incarnation{{N: 0, Reason: signal.IncFirst, StartNS: soT0}, {N: 1, Reason: signal.IncRestart, StartNS: soT0 + 60e9}}
+	if err := st.PutJob(j); err != nil {
+		t.Fatal(err)
+	}
+	j, _ = st.Job("sj")
+	nst := len(j.Schema.Stages)
+	vec := func(inc int, step int64, wall float64) stagevec.Vector {
+		return stagevec.Vector{Step: stagevec.Ordinal(inc, step), Rank: 0, Durations: make([]float64, nst), WallMS: wall}
+	}
+	var vs []stagevec.Vector
+	for step := int64(0); step < 10; step++ {
+		vs = append(vs, vec(0, step, 100))
+	}
+	for step := int64(0); step < 10; step++ {
+		vs = append(vs, vec(1, step, 700))
+	}
+	if err := st.Append("sj", vs); err != nil {
+		t.Fatal(err)
+	}
+	// Two calls, no pattern: the vectors answer.
+	calls := []collective.Call{{Rank: 0, Comm: "w", Seq: 0, Op: collective.AllReduce, Step: 2, EnterNS: soT0 + 61e9, ReturnNS: soT0 + 61e9 + 1e6, Peer: -1, Root: -1},
+		{Rank: 0, Comm: "w", Seq: 1, Op: collective.Broadcast, Step: 5, EnterNS: soT0 + 62e9, ReturnNS: soT0 + 62e9 + 1e6, Peer: -1, Root: -1}}
+	if ms, note := s.iterMs(j, 1, calls); ms != 700 {
+		t.Errorf("launch 1's iteration time %.1f ms (%q), want its own steps' 700", ms, note)
+	}
+	if ms, note := s.iterMs(j, 0, calls); ms != 100 {
+		t.Errorf("launch 0's iteration time %.1f ms (%q), want 100", ms, note)
 	}
 }
