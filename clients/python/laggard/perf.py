@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 
 from . import config, shutdown
@@ -39,6 +40,24 @@ from .sinks import FileSink, HTTPSink
 log = logging.getLogger("laggard")
 
 _now = time.perf_counter_ns
+
+# _streams counts the telemetry streams this process started per job id:
+# a second one (laggard.init again in a notebook, an HPO loop, a second
+# trainer.fit()) is a new run to the server, not a retry of the first, so
+# its process identity gets "/<n>" (docs/design/roles-and-runs.md: a rank
+# bound to another process opens a new incarnation; the same process would
+# stay in the first and every re-sent step would conflict).
+_streams = {}
+_streams_lock = threading.Lock()
+
+
+def _stream_ident(job_id, process):
+    with _streams_lock:
+        n = _streams[job_id] = _streams.get(job_id, 0) + 1
+    if n == 1:
+        return process
+    suffix = "/%d" % n
+    return config._clip_utf8(process, config.MAX_IDENT - len(suffix)) + suffix
 _NS_PER_MS = 1e6
 
 # Indexes into a micro record (a list, for speed on the hot path).
@@ -914,6 +933,7 @@ class Perf:
             rank = {"rank": self._rank, "host": host, "local_rank": self._local_rank, "role": role,
                     "schema": self._schema}
             process, started = config.process_ident(host)
+            process = _stream_ident(self.job_id, process)
             launch = self._launch if self._launch is not None else config.launch_from_env()
             identity = {"launch": launch, "process": process, "started_ns": started}
             v = self._validator

@@ -19,6 +19,7 @@ sys.path.insert(0, HERE)
 
 import laggard  # noqa: E402
 from laggard import config  # noqa: E402
+from laggard import perf as perf_mod  # noqa: E402
 from laggard import shipper as shipper_mod  # noqa: E402
 from laggard import validation  # noqa: E402
 from laggard.sinks import HTTPSink  # noqa: E402
@@ -224,8 +225,12 @@ class NewServerTest(unittest.TestCase):
                 a = self.perf(srv, batch_size=64, flush_interval=60)
                 timed_steps(a, range(10), 1)
                 self.assertTrue(a.close(5))
-                b = self.perf(srv, batch_size=64, flush_interval=60)
-                with self.assertNoLogs("laggard", logging.ERROR):  # a WARNING, once per process
+                # The same process stream re-sending (as a retry would): a
+                # second Perf of the job in one process is otherwise a new
+                # incarnation (SecondStreamTest).
+                with mock.patch.object(perf_mod, "_stream_ident", lambda job, proc: proc), \
+                        self.assertNoLogs("laggard", logging.ERROR):  # a WARNING, once per process
+                    b = self.perf(srv, batch_size=64, flush_interval=60)
                     timed_steps(b, [0, 1], 1)  # identical: idempotent
                     timed_steps(b, range(7, 12), 2)  # 7, 8, 9 conflict; 10, 11 are new
                     self.assertTrue(b.close(5))
@@ -529,3 +534,28 @@ class LargeBatchBodyTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SecondStreamTest(unittest.TestCase):
+    """A second telemetry stream for the same job in one process (a notebook
+    re-running laggard.init, an HPO loop, trainer.fit() twice) is another
+    process to the server: it opens a new incarnation instead of staying in
+    the first, where every re-sent step would be a conflicting re-send."""
+
+    def test_second_stream_is_a_new_incarnation(self):
+        srv = FakeServer(incarnations=True)
+        self.addCleanup(srv.close)
+        job = "inc-second-stream"
+        procs, incs = [], []
+        for run in range(2):
+            p = laggard.Perf(server=srv.url, capture=False, job=job, rank=0, world_size=1, flush_interval=0.01)
+            timed_steps(p, range(5), 1)  # both runs count from step 0
+            self.assertTrue(p.close(5))
+            incs.append(p.stats()["incarnation"])
+        joins = [r for r in srv.requests if r["path"].endswith("/ranks")]
+        procs = [r["body"]["process"] for r in joins]
+        self.assertEqual(len(set(procs)), 2, procs)
+        self.assertTrue(procs[1].startswith(procs[0] + "/"), procs)
+        self.assertEqual(incs, [0, 1])
+        refused = [r for r in srv.requests if r.get("status") == 409]
+        self.assertEqual(refused, [])
