@@ -136,6 +136,9 @@ func (a *API) Register(mux *http.ServeMux) {
 type ErrorBody struct {
 	Error string `json:"error"`
 	Field string `json:"field,omitempty"`
+	// Conflicts lists every refused item's index in the batch as sent
+	// (a 409 for re-sent records with other values; Field names the first).
+	Conflicts []int `json:"conflicts,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -154,7 +157,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, status int, err error
 	case errors.As(err, &fe):
 		body.Field = fe.Field
 	case errors.As(err, &ce):
-		body.Field = ce.Field
+		body.Field, body.Conflicts = ce.Field, ce.Indexes
 	}
 	if errors.Is(err, store.ErrDiskFull) && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", retryAfterDiskFull) // D7: 507, retry once space is freed

@@ -351,7 +351,11 @@ func (a *API) commitParts(w http.ResponseWriter, r *http.Request, job, what stri
 			// batch ("calls[4100].pid", not "calls[4].pid").
 			switch {
 			case errors.As(err, &ce):
-				err = &signal.ConflictError{Field: parts[i].batchField(ce.Field, what), Msg: ce.Msg + fmt.Sprintf(
+				idx := make([]int, len(ce.Indexes))
+				for k, x := range ce.Indexes {
+					idx[k] = parts[i].first + x
+				}
+				err = &signal.ConflictError{Field: parts[i].batchField(ce.Field, what), Indexes: idx, Msg: ce.Msg + fmt.Sprintf(
 					" (this batch went to the store in %d parts of at most %d records; parts before the one refused, records [0, %d), may be stored: resend the batch without the conflicting record, and they are duplicates)",
 					len(parts), parts[0].items, parts[i].first)}
 			case errors.As(err, &fe):

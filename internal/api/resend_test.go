@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -77,6 +78,18 @@ func TestResentRecordsConflict(t *testing.T) {
 	if v := conflicts("vectors"); v != 1 {
 		t.Fatalf("conflicts_total{records=vectors} = %v, want 1", v)
 	}
+	if len(a.body.Conflicts) != 1 || a.body.Conflicts[0] != 4100 {
+		t.Fatalf("conflicts %v, want [4100]", a.body.Conflicts)
+	}
+	// Several differing cells across parts: the 409 lists every one as an
+	// index of the batch as sent (a client drops them in one answer).
+	several := strings.Replace(strings.Replace(string(vectorsAt(first, 7)), `{"step":9,"rank":0,"durations_ms":[1,2,3,4,5],"wall_ms":21}`,
+		`{"step":9,"rank":0,"durations_ms":[1,2,3,4,5],"wall_ms":23}`, 1),
+		`{"step":2500,"rank":0,"durations_ms":[1,2,3,4,5],"wall_ms":21}`, `{"step":2500,"rank":0,"durations_ms":[1,2,3,4,5],"wall_ms":24}`, 1)
+	a = post("vectors", "application/json", []byte(several))
+	if a.status != http.StatusConflict || a.body.Field != "vectors[7]" || !slices.Equal(a.body.Conflicts, []int{7, 9}) {
+		t.Fatalf("three changed cells in two parts: %d %s, want 409 naming vectors[7] listing [7 9] (the refused part's)", a.status, a.raw)
+	}
 	// New steps with one stale cell in the second part: the first part
 	// may be stored, the second and third are not.
 	mixed := stepRange(10_000, 5000)
@@ -126,7 +139,7 @@ func TestResentRecordsConflict(t *testing.T) {
 	if a := post("osstats", "application/x-protobuf", pbb); a.status != http.StatusConflict || a.body.Field != "points[0]" {
 		t.Fatalf("a changed point: %d %s, want 409 naming points[0]", a.status, a.raw)
 	}
-	for kind, want := range map[string]float64{"vectors": 2, "calls": 1, "samples": 1, "points": 1} {
+	for kind, want := range map[string]float64{"vectors": 3, "calls": 1, "samples": 1, "points": 1} {
 		if v := conflicts(kind); v != want {
 			t.Errorf("conflicts_total{records=%s} = %v, want %v", kind, v, want)
 		}

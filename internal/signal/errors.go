@@ -23,6 +23,10 @@ func FieldErrorf(field, format string, args ...any) error {
 type ConflictError struct {
 	Field string
 	Msg   string
+	// Indexes, when set, are every item of the batch refused for the
+	// same reason (Field names the first): a client drops them all and
+	// re-sends the rest at once instead of learning one per answer.
+	Indexes []int
 }
 
 func (e *ConflictError) Error() string { return e.Field + ": " + e.Msg }

@@ -218,6 +218,10 @@ func (s *Store) nextStats(enc []*encoded) (map[string]JobStats, int, error) {
 		}
 		shared := sameJobEarlier(enc[:ei], e.job)
 		e.fresh = e.fresh[:0]
+		// Every re-sent vector with other values is found before the
+		// batch is refused: the 409 names the first and lists them all
+		// (bounded), so a client drops them in one answer.
+		var refused *conflictErr
 		for _, i := range e.order {
 			key := e.key(i)
 			step, rank, micro, _ := parseVecSuffix(key)
@@ -235,9 +239,14 @@ func (s *Store) nextStats(enc []*encoded) (map[string]JobStats, int, error) {
 				}
 				if stored != nil {
 					if !bytes.Equal(stored, e.val(i)) {
-						return nil, ei, conflict(fmt.Sprintf("vectors[%d]", i), fmt.Sprintf(
-							"%s, rank %d, micro %d is already stored with other values (%s); a re-sent vector must be identical to the stored one, and nothing of this batch was stored",
-							cellStep(step), rank, micro, vecDiff(stored, e.val(i), "stored", "sent")))
+						if refused == nil {
+							refused = conflict(fmt.Sprintf("vectors[%d]", i), fmt.Sprintf(
+								"%s, rank %d, micro %d is already stored with other values (%s); a re-sent vector must be identical to the stored one, and nothing of this batch was stored",
+								cellStep(step), rank, micro, vecDiff(stored, e.val(i), "stored", "sent"))).(*conflictErr)
+						}
+						if len(refused.Indexes) < maxListedConflicts {
+							refused.Indexes = append(refused.Indexes, int(i))
+						}
 					}
 					continue // an identical re-send: nothing to write
 				}
@@ -245,10 +254,22 @@ func (s *Store) nextStats(enc []*encoded) (map[string]JobStats, int, error) {
 			e.fresh = append(e.fresh, i)
 			st.add(step)
 		}
+		if refused != nil {
+			slices.Sort(refused.Indexes)
+			if n := len(refused.Indexes); n > 1 {
+				refused.Msg += fmt.Sprintf(" (%d re-sent vectors of this batch differ: conflicts lists them)", n)
+			}
+			return nil, ei, refused
+		}
 		next[e.job] = st
 	}
 	return next, -1, nil
 }
+
+// maxListedConflicts bounds the indexes a 409 lists (a client re-sending
+// a whole run lists at most this many per answer; it drops those and asks
+// again).
+const maxListedConflicts = 4096
 
 // cellStep names a stored (ordinal) step as the client knows it: the
 // training step, and the incarnation when it is not the first launch (a
