@@ -79,6 +79,10 @@ def steps(p, first, last, ms):
         t += int(ms * 1e6)
         p.end_step(at=t)
 if mode == "resend":  # one process re-sends steps: other values, then the same values
+    # One process stream re-sending (a replay): a second Perf of the job in
+    # a process is otherwise a new run, its own incarnation.
+    import laggard.perf
+    laggard.perf._stream_ident = lambda job, proc: proc
     steps(p, 0, 10, 1.0)
     p.close(10)
     print(json.dumps(p.stats()), flush=True)
