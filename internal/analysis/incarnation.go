@@ -378,14 +378,26 @@ func (v *view) Stats(id string) (store.JobStats, error) {
 	if err != nil {
 		return store.JobStats{}, err
 	}
-	lo, hi := stagevec.OrdinalRange(v.pick(j), 0, stagevec.MaxStep)
-	f, l, ok, err := v.src.StepSpan(id, lo, hi)
+	fs, ls, ok, err := LaunchSteps(v.src, id, v.pick(j))
 	if err != nil || !ok {
 		return store.JobStats{FirstStep: -1, LastStep: -1}, err
 	}
-	_, fs := stagevec.SplitOrdinal(f)
-	_, ls := stagevec.SplitOrdinal(l)
 	return store.JobStats{FirstStep: fs, LastStep: ls, Vectors: all.Vectors}, nil
+}
+
+// LaunchSteps is the first and last stored training step of job's
+// incarnation inc, read from a source that stores ordinals (two seeks).
+func LaunchSteps(src interface {
+	StepSpan(job string, lo, hi int64) (first, last int64, ok bool, err error)
+}, job string, inc int) (first, last int64, ok bool, err error) {
+	lo, hi := stagevec.OrdinalRange(inc, 0, stagevec.MaxStep)
+	f, l, ok, err := src.StepSpan(job, lo, hi)
+	if err != nil || !ok {
+		return -1, -1, false, err
+	}
+	_, first = stagevec.SplitOrdinal(f)
+	_, last = stagevec.SplitOrdinal(l)
+	return first, last, true, nil
 }
 
 // Scan implements Source over training steps (or positions).

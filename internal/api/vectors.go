@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/ingest"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
@@ -120,14 +121,7 @@ func (a *API) stepSpan(jobID string, inc int) (first, last int64, ok bool, err e
 	if fi == inc && li == inc {
 		return fs, ls, true, nil
 	}
-	lo, hi := stagevec.OrdinalRange(inc, 0, stagevec.MaxStep)
-	f, l, ok, err := a.d.Reader.StepSpan(jobID, lo, hi)
-	if err != nil || !ok {
-		return -1, -1, false, err
-	}
-	_, first = stagevec.SplitOrdinal(f)
-	_, last = stagevec.SplitOrdinal(l)
-	return first, last, true, nil
+	return analysis.LaunchSteps(a.d.Reader, jobID, inc)
 }
 
 // incarnationParam reads a request's optional ?incarnation=N: the launch
