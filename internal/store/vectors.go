@@ -240,9 +240,9 @@ func (s *Store) nextStats(enc []*encoded) (map[string]JobStats, int, error) {
 				if stored != nil {
 					if !bytes.Equal(stored, e.val(i)) {
 						if refused == nil {
-							refused = conflict(fmt.Sprintf("vectors[%d]", i), fmt.Sprintf(
+							refused = &conflictErr{signal.ConflictError{Field: fmt.Sprintf("vectors[%d]", i), Msg: fmt.Sprintf(
 								"%s, rank %d, micro %d is already stored with other values (%s); a re-sent vector must be identical to the stored one, and nothing of this batch was stored",
-								cellStep(step), rank, micro, vecDiff(stored, e.val(i), "stored", "sent"))).(*conflictErr)
+								cellStep(step), rank, micro, vecDiff(stored, e.val(i), "stored", "sent"))}}
 						}
 						if len(refused.Indexes) < maxListedConflicts {
 							refused.Indexes = append(refused.Indexes, int(i))
