@@ -29,3 +29,11 @@ type Input struct {
 	NowNS int64
 	Caps  Capabilities
 }
+
+// Fuse returns all of the job's incidents, oldest first: the fusion rules
+// of docs/design/incidents.md applied to the evidence set. It depends on
+// the set only (order and re-sends change nothing), except that incidents
+// overlapping Prior ones keep their IDs.
+func Fuse(in Input, cfg Config) []Incident {
+	return nil // implementation lands next
+}
