@@ -980,7 +980,9 @@ func (st *jobState) prune(incs []incident.Incident, now int64, cfg IncidentsConf
 		for k := range st.acts {
 			keys = append(keys, k)
 		}
-		slices.SortFunc(keys, func(a, b store.ActionKey) int { return cmp.Or(cmp.Compare(a.AtNS, b.AtNS), cmp.Compare(a.Hash, b.Hash)) })
+		slices.SortFunc(keys, func(a, b store.ActionKey) int {
+			return cmp.Or(cmp.Compare(a.AtNS, b.AtNS), cmp.Compare(a.Hash, b.Hash))
+		})
 		for _, k := range keys[:over] {
 			if st.acts[k].stored {
 				d.acts[k] = true

@@ -604,7 +604,9 @@ func TestEscalationCooldownBudget(t *testing.T) {
 	r := newRig(t, st, cfg)
 	val := &fakeValidator{}
 	capt := &fakeCapturer{err: analysis.ErrCaptureOpen}
-	r.x.SetDeps(IncidentDeps{Caps: func(string) incident.Capabilities { return incident.Capabilities{Validation: true, Capture: true, Ranks: 8} }, Validator: val, Capturer: capt})
+	r.x.SetDeps(IncidentDeps{Caps: func(string) incident.Capabilities {
+		return incident.Capabilities{Validation: true, Capture: true, Ranks: 8}
+	}, Validator: val, Capturer: capt})
 	// Incident 1 asks for a validation; it resolves; incident 2 opens a
 	// minute later and its validation waits for the cool-down.
 	slow := func(s int64) float64 {
@@ -651,7 +653,9 @@ func TestEscalationCooldownBudget(t *testing.T) {
 	st2 := openStore(t, t.TempDir(), "j")
 	b := newRig(t, st2, IncidentsConfig{Escalation: EscalationConfig{JobBudget: 1}})
 	val2, capt2 := &fakeValidator{}, &fakeCapturer{}
-	b.x.SetDeps(IncidentDeps{Caps: func(string) incident.Capabilities { return incident.Capabilities{Validation: true, Capture: true, Ranks: 8} }, Validator: val2, Capturer: capt2})
+	b.x.SetDeps(IncidentDeps{Caps: func(string) incident.Capabilities {
+		return incident.Capabilities{Validation: true, Capture: true, Ranks: 8}
+	}, Validator: val2, Capturer: capt2})
 	b.x.Observe("j", []incident.Evidence{series("j", 0, 1100, slowBetween(1000, 9999, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150), late("j", 2, "", 1000, 1090)})
 	b.sync(at(1100))
 	inc := b.list(t, "j")[0]
