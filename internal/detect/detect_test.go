@@ -213,3 +213,69 @@ func TestLastStepMetricIsTheTrainingStep(t *testing.T) {
 		t.Errorf("summary last step %d of incarnation %d, want 119 of 1", s.(*Summary).LastStep, s.(*Summary).Incarnation)
 	}
 }
+
+// A hot job is evaluated again every FastInterval while its data
+// advances, not at the next round; unchanged data, a mark that expired
+// or one beyond MaxHot evaluate nothing.
+func TestHotJobsEvaluatedPromptly(t *testing.T) {
+	g := newGrowing("train", sim.DDP{Ranks: 4, Steps: 200, Seed: 1})
+	now := time.Unix(1_800_000_000, 0)
+	reg := prometheus.NewRegistry()
+	d, err := New(Config{Interval: time.Hour, FastInterval: 5 * time.Second, MaxHot: 1, HotFor: time.Minute}, g, g, g, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.now = func() time.Time { return now }
+	ctx := context.Background()
+	evaluated := func() time.Time {
+		s, ok := d.Latest("train")
+		if !ok {
+			return time.Time{}
+		}
+		return s.(*Summary).EvaluatedAt
+	}
+	g.advance(40)
+	d.EvaluateOnce(ctx)
+	first := evaluated()
+
+	now = now.Add(10 * time.Second)
+	g.advance(60)
+	d.EvaluateHot(ctx) // not hot: the hour-long round decides
+	if !evaluated().Equal(first) {
+		t.Fatal("a job that is not hot was evaluated by EvaluateHot")
+	}
+	d.Hot("train")
+	d.Hot("other") // beyond MaxHot: ignored
+	d.EvaluateHot(ctx)
+	if !evaluated().Equal(now) {
+		t.Fatalf("hot job with new data evaluated at %v, want %v", evaluated(), now)
+	}
+	if got := testutil.ToFloat64(d.m.evaluations.WithLabelValues("prompt")); got != 1 {
+		t.Fatalf("prompt evaluations = %v, want 1", got)
+	}
+	now = now.Add(2 * time.Second)
+	g.advance(70)
+	d.EvaluateHot(ctx) // within FastInterval
+	now = now.Add(5 * time.Second)
+	d.EvaluateHot(ctx) // due, new data since
+	if !evaluated().Equal(now) {
+		t.Fatalf("second prompt evaluation at %v, want %v", evaluated(), now)
+	}
+	now = now.Add(10 * time.Second)
+	d.EvaluateHot(ctx) // due, nothing new
+	if got := testutil.ToFloat64(d.m.evaluations.WithLabelValues("prompt")); got != 2 {
+		t.Fatalf("prompt evaluations = %v, want 2 (unchanged data is not evaluated)", got)
+	}
+	d.mu.Lock()
+	_, otherHot := d.hot["other"]
+	d.mu.Unlock()
+	if otherHot {
+		t.Fatal("a mark beyond MaxHot was kept")
+	}
+	now = now.Add(2 * time.Minute)
+	g.advance(90)
+	d.EvaluateHot(ctx) // the mark expired
+	if got := testutil.ToFloat64(d.m.evaluations.WithLabelValues("prompt")); got != 2 {
+		t.Fatalf("an expired mark still evaluated: %v", got)
+	}
+}
