@@ -48,4 +48,3 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
-
