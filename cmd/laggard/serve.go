@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/laggard-dev/laggard/internal/auth"
+	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/server"
 	"github.com/laggard-dev/laggard/internal/store"
@@ -181,8 +182,8 @@ type kairOptions struct {
 	steps    int
 }
 
-func (o kairOptions) config() detect.KairConfig {
-	return detect.KairConfig{Off: o.trigger == "off", Cooldown: o.cooldown, Steps: o.steps}
+func (o kairOptions) config() control.KairConfig {
+	return control.KairConfig{Off: o.trigger == "off", Cooldown: o.cooldown, Steps: o.steps}
 }
 
 func (o kairOptions) validate() error {

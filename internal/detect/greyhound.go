@@ -372,6 +372,21 @@ func (c *Controller) Forget(job string) {
 	c.forgot[job] = c.evalSeq
 }
 
+// LatestReport is the report the controller's latest round computed for
+// job (KAIR's capture hints, control.Kair).
+func (c *Controller) LatestReport(job string) (*analysis.GreyhoundReport, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cr, ok := c.reports[job]
+	return cr.rep, ok
+}
+
+// SetOnLeaveTracking sets who is told when a job's controller leaves
+// tracking (KAIR's auto trigger); set it before Run.
+func (c *Controller) SetOnLeaveTracking(fn func(job, why string, rep *analysis.GreyhoundReport)) {
+	c.onLeaveTracking = fn
+}
+
 // Report is the job's Greyhound report (API). For the default window it
 // is the report the controller's latest round computed for the job while
 // that is fresh (younger than two intervals; it covers the controller's

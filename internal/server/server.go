@@ -20,6 +20,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/api"
 	"github.com/laggard-dev/laggard/internal/buildinfo"
 	"github.com/laggard-dev/laggard/internal/catalog"
+	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/ingest"
 	"github.com/laggard-dev/laggard/internal/store"
@@ -55,7 +56,7 @@ type Config struct {
 	Greyhound detect.GreyhoundConfig
 	// Kair configures KAIR's triggered capture (auto trigger, cooldown,
 	// default steps; kair.go).
-	Kair detect.KairConfig
+	Kair control.KairConfig
 	// MaxTraceBytes and MaxTraceEvents bound one rank's KAIR trace upload
 	// (defaults api.DefaultMaxTraceBytes, api.DefaultMaxTraceEvents).
 	MaxTraceBytes  int64
@@ -136,7 +137,7 @@ type Server struct {
 	apiMetrics *api.Metrics
 	sysom      *analysis.Sysom     // nil without a stack keyspace or symbol store (sysom.go)
 	resolver   *symbolize.Resolver // names the stacks sysom reads
-	kair       *detect.Kair        // nil without a capture keyspace (kair.go)
+	kair       *control.Kair       // nil without a capture keyspace (kair.go)
 
 	mu        sync.Mutex
 	addr      net.Addr
@@ -214,8 +215,10 @@ func New(cfg Config, st Store) (*Server, error) {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
-	if s.kair != nil {
+	if s.kair != nil && s.greyhound != nil {
 		s.kair.Attach(s.detector, s.greyhound)
+	} else if s.kair != nil {
+		s.kair.Attach(s.detector, nil)
 	}
 	gate, err := s.newGate()
 	if err != nil {
