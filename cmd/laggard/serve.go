@@ -17,7 +17,6 @@ import (
 
 	"github.com/laggard-dev/laggard/internal/auth"
 	"github.com/laggard-dev/laggard/internal/control"
-	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/server"
 	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/ui"
@@ -203,8 +202,8 @@ func (o kairOptions) validate() error {
 // greyhoundOptions schedule the Greyhound-Detect controller.
 type greyhoundOptions struct{ interval, margin time.Duration }
 
-func (o greyhoundOptions) config() detect.GreyhoundConfig {
-	c := detect.GreyhoundConfig{Interval: o.interval, Margin: o.margin}
+func (o greyhoundOptions) config() control.GreyhoundConfig {
+	c := control.GreyhoundConfig{Interval: o.interval, Margin: o.margin}
 	if o.interval == 0 {
 		c.Interval = -1
 	}

@@ -58,7 +58,7 @@ type Kair struct {
 
 	mu   sync.Mutex
 	det  StageFrontierSignals
-	gh   greyhoundSignals
+	gh   *Greyhound
 	seen map[string]onsetSeen // job → the newest onset seen (fresh-onset test)
 }
 
@@ -92,12 +92,12 @@ func (k *Kair) SetClock(now func() time.Time) { k.now = now }
 // trigger and name suspects: the StageFrontier evaluation (wrap its
 // Reporter with Observe) and the Greyhound controller (either may be
 // nil).
-func (k *Kair) Attach(det StageFrontierSignals, gh greyhoundSignals) {
+func (k *Kair) Attach(det StageFrontierSignals, gh *Greyhound) {
 	k.mu.Lock()
 	k.det, k.gh = det, gh
 	k.mu.Unlock()
 	if gh != nil {
-		gh.SetOnLeaveTracking(k.greyhoundLeft)
+		gh.onLeaveTracking = k.greyhoundLeft
 	}
 }
 
@@ -110,14 +110,6 @@ type StageFrontierSignals interface {
 	Suspects(job string) (stepNS int64, ranks []int)
 	// Advancing reports whether job's steps advanced recently.
 	Advancing(job string) bool
-}
-
-// greyhoundSignals is what the KAIR driver reads of the Greyhound
-// controller: its latest report of a job and its departures from
-// tracking.
-type greyhoundSignals interface {
-	LatestReport(job string) (*analysis.GreyhoundReport, bool)
-	SetOnLeaveTracking(fn func(job, why string, rep *analysis.GreyhoundReport))
 }
 
 // Forget drops a deleted job's cached state.
@@ -178,8 +170,11 @@ func (k *Kair) hints(job string, trigger string, extra []int) CaptureHints {
 		h.Suspects = append(h.Suspects, ranks...)
 	}
 	if gh != nil {
-		if rep, ok := gh.LatestReport(job); ok && rep != nil {
-			h.Suspects = append(h.Suspects, greyhoundSuspects(rep)...)
+		gh.mu.Lock()
+		cr, ok := gh.reports[job]
+		gh.mu.Unlock()
+		if ok && cr.rep != nil {
+			h.Suspects = append(h.Suspects, greyhoundSuspects(cr.rep)...)
 		}
 	}
 	return h

@@ -53,7 +53,7 @@ type Config struct {
 	// Greyhound schedules the per-job Greyhound-Detect controller (a
 	// negative Interval disables its loop; the report and validation
 	// routes still serve).
-	Greyhound detect.GreyhoundConfig
+	Greyhound control.GreyhoundConfig
 	// Kair configures KAIR's triggered capture (auto trigger, cooldown,
 	// default steps; kair.go).
 	Kair control.KairConfig
@@ -131,7 +131,7 @@ type Server struct {
 	vectors    *api.VectorQueue
 	analyzer   *analysis.Analyzer
 	detector   *detect.Detector
-	greyhound  *detect.Controller // nil when the store has no collective keyspace
+	greyhound  *control.Greyhound // nil when the store has no collective keyspace
 	handler    http.Handler
 	life       *lifecycle // nil when the store has no lifecycle (lifecycle.go)
 	apiMetrics *api.Metrics
@@ -205,20 +205,18 @@ func New(cfg Config, st Store) (*Server, error) {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
-	if gsrc, ok := st.(analysis.GreyhoundSource); ok {
-		gh, err := analysis.NewGreyhound(gsrc, analysis.DefaultGreyhoundConfig(), analysis.GreyhoundLimits{})
+	if gsrc, ok := st.(control.GreyhoundStore); ok {
+		gh, err := control.NewGreyhoundLifecycle(gsrc, analysis.DefaultGreyhoundConfig(), analysis.GreyhoundLimits{})
 		if err == nil {
-			s.greyhound, err = detect.NewController(cfg.Greyhound, cat, gh, s.reg, s.log)
+			s.greyhound, err = control.NewGreyhound(cfg.Greyhound, cat, gh, s.reg, s.log)
 		}
 		if err != nil {
 			s.vectors.Close()
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
-	if s.kair != nil && s.greyhound != nil {
+	if s.kair != nil {
 		s.kair.Attach(s.detector, s.greyhound)
-	} else if s.kair != nil {
-		s.kair.Attach(s.detector, nil)
 	}
 	gate, err := s.newGate()
 	if err != nil {
@@ -278,7 +276,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Greyhound returns the Greyhound-Detect controller (nil when the store
 // has no collective keyspace).
-func (s *Server) Greyhound() *detect.Controller { return s.greyhound }
+func (s *Server) Greyhound() *control.Greyhound { return s.greyhound }
 
 // Detector returns the background evaluation.
 func (s *Server) Detector() *detect.Detector { return s.detector }
