@@ -17,6 +17,7 @@ import (
 
 	"github.com/laggard-dev/laggard/internal/auth"
 	"github.com/laggard-dev/laggard/internal/control"
+	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/server"
 	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/ui"
@@ -32,6 +33,7 @@ type serveOptions struct {
 	maxBody    int64
 	greyhound  greyhoundOptions
 	kair       kairOptions
+	incidents  incidentOptions
 	sec        securityOptions // serve's own flags; demo leaves them zero
 	life       storageOptions  // serve's own flags; demo leaves them zero
 }
@@ -168,28 +170,25 @@ func (o *serveOptions) register(fs *flag.FlagSet, defaultData string) {
 	fs.Int64Var(&o.maxBody, "max-body", 64<<20, "largest accepted request body in bytes, 1024..4294967296")
 	fs.DurationVar(&o.greyhound.interval, "greyhound-interval", 2*time.Second, "how often the Greyhound controller evaluates each job with collective calls (0: off; the report and validation routes still serve)")
 	fs.DurationVar(&o.greyhound.margin, "greyhound-margin", 3*time.Second, "how far ahead of the ranks a validation plan's at_step is scheduled")
-	fs.StringVar(&o.kair.trigger, "kair-trigger", "on", "KAIR auto capture: on (a named straggler, a fresh step-time onset or Greyhound leaving tracking asks ranks to record a profiler window) or off (manual captures only)")
-	fs.DurationVar(&o.kair.cooldown, "kair-cooldown", 10*time.Minute, "no KAIR auto capture while the job's newest capture is younger than this, 1s..168h")
+	fs.DurationVar(&o.kair.cooldown, "kair-cooldown", 10*time.Minute, "no second KAIR capture asked for a job by its incidents within this, 1s..168h")
 	fs.IntVar(&o.kair.steps, "kair-steps", 5, "sampled training steps a KAIR capture records unless the request says otherwise, 1..64")
+	fs.BoolVar(&o.incidents.on, "incidents", true, "the incident layer: one incident per slowdown fusing every engine's evidence, and the escalation that asks the engines for what it lacks (a Greyhound validation, a KAIR capture, a SysOM profile window); false: the engines still run, nothing is asked automatically")
+	fs.DurationVar(&o.incidents.detectInterval, "detect-interval", 30*time.Second, "how often the background StageFrontier evaluation runs over every active job (0: off); a job with a suspected onset or an open incident is re-evaluated every 5s (or this, if shorter) while its data advances")
 }
 
-// kairOptions configure KAIR's triggered capture; demo leaves them zero
-// (the defaults: trigger on, 10m, 5 steps).
+// kairOptions configure KAIR's triggered capture; zero values take the
+// defaults (10m, 5 steps).
 type kairOptions struct {
-	trigger  string
 	cooldown time.Duration
 	steps    int
 }
 
 func (o kairOptions) config() control.KairConfig {
-	return control.KairConfig{Off: o.trigger == "off", Cooldown: o.cooldown, Steps: o.steps}
+	return control.KairConfig{Steps: o.steps}
 }
 
 func (o kairOptions) validate() error {
 	var errs []error
-	if o.trigger != "" && o.trigger != "on" && o.trigger != "off" {
-		errs = append(errs, fmt.Errorf("-kair-trigger must be on or off, got %q", o.trigger))
-	}
 	if o.cooldown != 0 {
 		errs = append(errs, checkRange("kair-cooldown", o.cooldown, time.Second, 168*time.Hour))
 	}
@@ -197,6 +196,32 @@ func (o kairOptions) validate() error {
 		errs = append(errs, checkRange("kair-steps", o.steps, 1, 64))
 	}
 	return errors.Join(errs...)
+}
+
+// incidentOptions switch the incident layer and schedule the evaluation
+// that feeds it.
+type incidentOptions struct {
+	on             bool
+	detectInterval time.Duration
+}
+
+// config is the server's incident and detection configuration;
+// kairCooldown is the escalation's capture cool-down.
+func (o incidentOptions) config(kairCooldown time.Duration) (control.IncidentsConfig, detect.Config) {
+	var ic control.IncidentsConfig
+	ic.Escalation.CaptureCooldown = kairCooldown
+	dc := detect.Config{Interval: o.detectInterval}
+	if o.detectInterval == 0 {
+		dc.Interval = -1
+	}
+	return ic, dc
+}
+
+func (o incidentOptions) validate() error {
+	if o.detectInterval != 0 {
+		return checkRange("detect-interval", o.detectInterval, time.Second, time.Hour)
+	}
+	return nil
 }
 
 // greyhoundOptions schedule the Greyhound-Detect controller.
@@ -222,6 +247,7 @@ func (o *serveOptions) validate() error {
 	}
 	return errors.Join(
 		o.kair.validate(),
+		o.incidents.validate(),
 		checkRange("greyhound-margin", o.greyhound.margin, 0, time.Hour),
 		checkRange("queue", o.queueDepth, 1, 1<<20),
 		checkRange("max-body", o.maxBody, 1<<10, 1<<32),
@@ -301,6 +327,7 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 		ln.Close()
 		return err
 	}
+	incCfg, detCfg := o.incidents.config(o.kair.cooldown)
 	st, err := store.Open(o.dataDir, store.Options{Logger: log, MinFreeBytes: int64(o.life.minFree), MaxJobs: o.life.maxJobs})
 	if err != nil {
 		ln.Close()
@@ -308,7 +335,7 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 	}
 	srv, err := server.New(server.Config{
 		Addr: ln.Addr().String(), DataDir: absPath(o.dataDir), QueueDepth: o.queueDepth, MaxBodyBytes: o.maxBody,
-		Greyhound: o.greyhound.config(), Kair: o.kair.config(),
+		Greyhound: o.greyhound.config(), Kair: o.kair.config(), Incidents: incCfg, IncidentsOff: !o.incidents.on, Detect: detCfg,
 		QueueBytes: int64(o.life.queueBytes), Logger: log, UI: ui.Handler(), Access: access, HTTP: httpOpts,
 		Lifecycle: server.LifecycleConfig{RetentionAge: o.life.retentionAge, RetentionSize: int64(o.life.retentionSize),
 			Interval: o.life.compactInterval},

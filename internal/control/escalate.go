@@ -272,7 +272,7 @@ func (e *escalator) request(job string, inc *incident.Incident, w incident.Reque
 		reason := fmt.Sprintf("incident %s: %s", inc.ID, clip(inc.Headline, 200))
 		c, err := d.Capturer.CreateIncidentCapture(job, w.Ranks, reason, "incident:"+inc.ID)
 		switch {
-		case errors.Is(err, analysis.ErrCaptureOpen):
+		case errors.Is(err, ErrCaptureOpen):
 			return ResultSkipped, "", "busy: the job has an open capture; asked again when it closes"
 		case err != nil:
 			return ResultFailed, "", "KAIR capture: " + err.Error()
@@ -542,4 +542,26 @@ func clip(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "")
+}
+
+// CreateIncidentCapture asks ranks (the incident's suspects; the
+// capture adds random peers) to record a KAIR capture with trigger
+// TriggerIncident; signal names the incident. It implements Capturer.
+func (k *Kair) CreateIncidentCapture(job string, ranks []int, reason, signal string) (*store.Capture, error) {
+	h := k.hints(job, TriggerIncident, ranks)
+	h.Signal = signal
+	return k.k.Create(job, analysis.CaptureRequest{Steps: k.cfg.Steps, Reason: reason}, h, k.now().UnixNano())
+}
+
+// Follows reports whether the controller evaluates job's collective
+// calls (its loop is on and the job's calls advanced within ActiveFor):
+// only then can a validation be asked for.
+func (c *Greyhound) Follows(job string) bool {
+	if c.cfg.Interval < 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.seen[job]
+	return j != nil && c.now().Sub(j.advanced) <= c.cfg.ActiveFor
 }

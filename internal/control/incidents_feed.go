@@ -111,11 +111,6 @@ func (x *Incidents) unresolvedJobs() map[string]bool {
 	return out
 }
 
-// Reporter runs StageFrontier job reports (detect.Reporter).
-type Reporter interface {
-	Run(ctx context.Context, req analysis.Request) (*analysis.Report, error)
-}
-
 // WatchReports wraps the background evaluation's Reporter: every report
 // it computes is also fed as evidence. Give the wrapper to the detector
 // only (API reports over arbitrary windows are not the job's present).

@@ -25,13 +25,13 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// Test time axis: step s at t0 + s × 100 ms; healthy steps take 100 ms.
+// Test time axis: step s at incT0 + s × 100 ms; healthy steps take 100 ms.
 const (
-	t0     = int64(1_700_000_000_000_000_000)
-	stepNS = int64(100 * time.Millisecond)
+	incT0     = int64(1_700_000_000_000_000_000)
+	incStepNS = int64(100 * time.Millisecond)
 )
 
-func at(step int64) int64 { return t0 + step*stepNS }
+func atStep(step int64) int64 { return incT0 + step*incStepNS }
 
 // clock is a settable test clock.
 type clock struct {
@@ -53,7 +53,7 @@ func openStore(t *testing.T, dir string, jobs ...string) *store.Store {
 		if _, err := st.Job(j); err == nil {
 			continue
 		}
-		if err := st.PutJob(&signal.Job{ID: j, WorldSize: 8, Schema: stagevec.DefaultSchema(), Created: time.Unix(0, t0)}); err != nil {
+		if err := st.PutJob(&signal.Job{ID: j, WorldSize: 8, Schema: stagevec.DefaultSchema(), Created: time.Unix(0, incT0)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -71,7 +71,7 @@ type rig struct {
 
 func newRig(t *testing.T, st *store.Store, cfg IncidentsConfig) *rig {
 	t.Helper()
-	r := &rig{st: st, reg: prometheus.NewRegistry(), clk: &clock{t: at(0)}}
+	r := &rig{st: st, reg: prometheus.NewRegistry(), clk: &clock{t: atStep(0)}}
 	x, err := NewIncidents(cfg, st, r.reg, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -119,9 +119,9 @@ func (r *rig) list(t *testing.T, job string) []incident.Incident {
 
 func series(job string, from, to int64, ms func(int64) float64) incident.Evidence {
 	e := incident.Evidence{ID: fmt.Sprintf("sf/progress/%d", from), Kind: incident.KindProgress, Engine: incident.EngineStageFrontier, Job: job,
-		AtNS: at(to), Window: incident.Span{FromStep: from, ToStep: to - 1, FromNS: at(from), ToNS: at(to - 1)}, Signal: incident.SignalProgress, Ranks: 8}
+		AtNS: atStep(to), Window: incident.Span{FromStep: from, ToStep: to - 1, FromNS: atStep(from), ToNS: atStep(to - 1)}, Signal: incident.SignalProgress, Ranks: 8}
 	for s := from; s < to; s++ {
-		e.Samples = append(e.Samples, incident.Sample{Step: s, WallNS: at(s), MS: ms(s)})
+		e.Samples = append(e.Samples, incident.Sample{Step: s, WallNS: atStep(s), MS: ms(s)})
 	}
 	return e
 }
@@ -140,8 +140,8 @@ func onset(job string, eng incident.Engine, step int64, before, after float64) i
 	if eng == incident.EngineGreyhound {
 		k = incident.KindGreyhoundChange
 	}
-	return incident.Evidence{ID: fmt.Sprintf("%s/onset/%d", eng, step), Kind: k, Engine: eng, Job: job, AtNS: at(step + 30),
-		Window: incident.Span{FromStep: step, ToStep: step, FromNS: at(step), ToNS: at(step)}, Signal: incident.SignalOnset,
+	return incident.Evidence{ID: fmt.Sprintf("%s/onset/%d", eng, step), Kind: k, Engine: eng, Job: job, AtNS: atStep(step + 30),
+		Window: incident.Span{FromStep: step, ToStep: step, FromNS: atStep(step), ToNS: atStep(step)}, Signal: incident.SignalOnset,
 		BeforeMS: before, AfterMS: after, Verified: true, Text: "step time rose"}
 }
 
@@ -153,7 +153,7 @@ func relief(job string, eng incident.Engine, step int64, before, after float64) 
 
 func late(job string, rank int, host string, from, to int64) incident.Evidence {
 	return incident.Evidence{ID: fmt.Sprintf("greyhound/late/%d", from), Kind: incident.KindGreyhoundLate, Engine: incident.EngineGreyhound, Job: job,
-		AtNS: at(to + 5), Window: incident.Span{FromStep: from, ToStep: to, FromNS: at(from), ToNS: at(to)}, Signal: incident.SignalFinding,
+		AtNS: atStep(to + 5), Window: incident.Span{FromStep: from, ToStep: to, FromNS: atStep(from), ToNS: atStep(to)}, Signal: incident.SignalFinding,
 		Targets: []incident.Target{incident.RankTarget(rank, host)}, Layer: incident.LayerCollective, Category: incident.CategoryCommunication,
 		Confidence: incident.ConfidenceHigh, Exclusive: true, Subject: "comm:world", Text: fmt.Sprintf("rank %d enters last", rank)}
 }
@@ -177,7 +177,7 @@ func TestIncidentLife(t *testing.T) {
 	st := openStore(t, t.TempDir(), "j")
 	r := newRig(t, st, IncidentsConfig{})
 	r.x.Observe("j", []incident.Evidence{series("j", 0, 1100, slowBetween(1000, 9999, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150)})
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	incs := r.list(t, "j")
 	if len(incs) != 1 || incs[0].State != incident.StateOpen || len(incs[0].Cause) != 0 {
 		t.Fatalf("after the onset: %+v", incs)
@@ -191,7 +191,7 @@ func TestIncidentLife(t *testing.T) {
 	join := []incident.Evidence{series("j", 1100, 1300, slowBetween(1000, 9999, 150)), onset("j", incident.EngineGreyhound, 1003, 90, 140), late("j", 3, "h3", 1000, 1290)}
 	r.x.Observe("j", join)
 	r.x.Observe("j", join)
-	r.sync(at(1300))
+	r.sync(atStep(1300))
 	incs = r.list(t, "j")
 	if len(incs) != 1 || incs[0].ID != id || !slices.Equal(incs[0].Cause, []string{"rank:3"}) {
 		t.Fatalf("after the join: %d incidents, %+v", len(incs), incs)
@@ -206,14 +206,14 @@ func TestIncidentLife(t *testing.T) {
 
 	// Relief, then the hold-down passes with no new evidence.
 	r.x.Observe("j", []incident.Evidence{series("j", 1300, 1400, slowBetween(1000, 1300, 150)), relief("j", incident.EngineStageFrontier, 1300, 150, 102)})
-	r.sync(at(1400))
+	r.sync(atStep(1400))
 	if s := r.list(t, "j")[0].State; s != incident.StateRecovering {
 		t.Fatalf("after the relief: %s", s)
 	}
 	r.x.Observe("j", []incident.Evidence{series("j", 1400, 3000, slowBetween(1000, 1300, 150))})
-	r.sync(at(3000))
+	r.sync(atStep(3000))
 	r.x.tick()
-	r.sync(at(3000) + int64(3*time.Minute))
+	r.sync(atStep(3000) + int64(3*time.Minute))
 	final := check(r.x.Get(id))(t)
 	if final.State != incident.StateResolved {
 		t.Fatalf("after the hold-down: %s", final.State)
@@ -261,7 +261,7 @@ func TestIncidentsRestart(t *testing.T) {
 		r.x.Observe(job, []incident.Evidence{series(job, 0, 1200, slowBetween(1000, 9999, 150)), onset(job, incident.EngineStageFrontier, 1000, 100, 150),
 			onset(job, incident.EngineGreyhound, 1002, 90, 140)})
 	}
-	r.sync(at(1200))
+	r.sync(atStep(1200))
 	before := r.list(t, "j")
 	if len(before) != 1 {
 		t.Fatalf("before the restart: %d incidents", len(before))
@@ -276,7 +276,7 @@ func TestIncidentsRestart(t *testing.T) {
 	if got := testutil.ToFloat64(r2.x.m.open.WithLabelValues("j", causeLabel(before[0].Category))); got != 1 {
 		t.Fatalf("open gauge after restart = %v", got)
 	}
-	r2.sync(at(1200)) // the restart re-fuses unresolved incidents' jobs
+	r2.sync(atStep(1200)) // the restart re-fuses unresolved incidents' jobs
 	after := r2.list(t, "j")
 	bj, _ := json.Marshal(before)
 	aj, _ := json.Marshal(after)
@@ -287,7 +287,7 @@ func TestIncidentsRestart(t *testing.T) {
 		t.Fatalf("a restart told changes: %q", got)
 	}
 	r2.x.Observe("j", []incident.Evidence{late("j", 5, "h5", 1000, 1190)})
-	r2.sync(at(1210))
+	r2.sync(atStep(1210))
 	after = r2.list(t, "j")
 	if len(after) != 1 || after[0].ID != before[0].ID || !slices.Equal(after[0].Cause, []string{"rank:5"}) {
 		t.Fatalf("evidence after the restart: %+v", after)
@@ -304,7 +304,7 @@ func TestIncidentsCorruptRecordSkipped(t *testing.T) {
 	st := openStore(t, dir, "j")
 	r := newRig(t, st, IncidentsConfig{})
 	r.x.Observe("j", []incident.Evidence{series("j", 0, 1100, slowBetween(1000, 9999, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150)})
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	good := r.list(t, "j")[0].ID
 	for _, bad := range []store.IncidentRecord{
 		{ID: "inc-garbage", Value: []byte("{not json"), Summary: []byte("{not json")},
@@ -327,7 +327,7 @@ func TestIncidentsCorruptRecordSkipped(t *testing.T) {
 		t.Fatalf("Get of a corrupt record: %v, want ErrNotFound", err)
 	}
 	r2.x.Observe("j", []incident.Evidence{late("j", 2, "h2", 1000, 1090)})
-	r2.sync(at(1110)) // loading the job's state meets the bad incidents and the bad evidence
+	r2.sync(atStep(1110)) // loading the job's state meets the bad incidents and the bad evidence
 	if got := testutil.ToFloat64(r2.x.m.skipped); got < 3+3+3 {
 		t.Fatalf("skipped %v records, want every bad one counted", got)
 	}
@@ -342,14 +342,14 @@ func TestObserveIdempotent(t *testing.T) {
 	r := newRig(t, st, IncidentsConfig{})
 	evs := []incident.Evidence{series("j", 0, 1100, slowBetween(1000, 9999, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150)}
 	r.x.Observe("j", evs)
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	first := r.list(t, "j")
 	r.x.Observe("j", evs)
 	older := evs[1]
 	older.AtNS--
 	older.Text = "an older report must not replace the newer"
 	r.x.Observe("j", []incident.Evidence{older})
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	again := r.list(t, "j")
 	a, _ := json.Marshal(first)
 	b, _ := json.Marshal(again)
@@ -371,7 +371,7 @@ func TestWorkingSetBounded(t *testing.T) {
 		evs = append(evs, e)
 	}
 	r.x.Observe("j", evs)
-	r.sync(at(1000))
+	r.sync(atStep(1000))
 	n := 0
 	oldest := "~"
 	if err := st.IncidentWorkingSet("j", func(id string, _ []byte) error {
@@ -414,7 +414,7 @@ func TestStateCacheBounded(t *testing.T) {
 	r := newRig(t, st, IncidentsConfig{MaxBytes: 64 << 10})
 	for _, j := range jobs {
 		r.x.Observe(j, []incident.Evidence{series(j, 0, 1100, slowBetween(1000, 9999, 150)), onset(j, incident.EngineStageFrontier, 1000, 100, 150)})
-		r.sync(at(1100))
+		r.sync(atStep(1100))
 	}
 	if r.x.bytes > 64<<10+r.x.jobs["d"].bytes {
 		t.Fatalf("cache holds %d bytes over the bound", r.x.bytes)
@@ -423,7 +423,7 @@ func TestStateCacheBounded(t *testing.T) {
 		t.Fatalf("no job state was unloaded (%d bytes cached)", r.x.bytes)
 	}
 	r.x.Observe("a", []incident.Evidence{late("a", 1, "", 1000, 1090)})
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	if incs := r.list(t, "a"); len(incs) != 1 || !slices.Equal(incs[0].Cause, []string{"rank:1"}) {
 		t.Fatalf("a reloaded job: %+v", incs)
 	}
@@ -437,13 +437,13 @@ func TestForget(t *testing.T) {
 	for _, j := range []string{"j", "k"} {
 		r.x.Observe(j, []incident.Evidence{series(j, 0, 1100, slowBetween(1000, 9999, 150)), onset(j, incident.EngineStageFrontier, 1000, 100, 150)})
 	}
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	r.x.Observe("j", []incident.Evidence{late("j", 1, "", 1000, 1090)}) // queued, not fused
 	if err := st.DeleteJob("j"); err != nil {
 		t.Fatal(err)
 	}
 	r.x.Forget("j")
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	all := check(r.x.List(IncidentQuery{}))(t)
 	if len(all) != 1 || all[0].Job != "k" {
 		t.Fatalf("after Forget: %+v", all)
@@ -465,9 +465,9 @@ func TestHostsAndRelated(t *testing.T) {
 	st := openStore(t, t.TempDir(), "j1", "j2")
 	r := newRig(t, st, IncidentsConfig{})
 	r.x.Observe("j1", []incident.Evidence{series("j1", 0, 1100, slowBetween(1000, 9999, 150)), onset("j1", incident.EngineStageFrontier, 1000, 100, 150), late("j1", 3, "h7", 1000, 1090)})
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	r.x.Observe("j2", []incident.Evidence{series("j2", 0, 2100, slowBetween(2000, 9999, 150)), onset("j2", incident.EngineStageFrontier, 2000, 100, 150), late("j2", 0, "h7", 2000, 2090)})
-	r.sync(at(2100))
+	r.sync(atStep(2100))
 	rows := check(r.x.Hosts(0, 0))(t)
 	if len(rows) != 1 || rows[0].Host != "h7" || rows[0].Incidents != 2 || !slices.Equal(rows[0].Jobs, []string{"j1", "j2"}) {
 		t.Fatalf("hosts: %+v", rows)
@@ -558,7 +558,7 @@ func TestEscalationAsksOnce(t *testing.T) {
 			e.Confidence = incident.ConfidenceLow // suspected: a suspect to capture
 			return e
 		}()})
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	inc := r.list(t, "j")[0]
 	wantAudit := []string{"greyhound_validation:requested", "kair_capture:requested", "sysom_profile:done", "sysom_profile:requested"}
 	if got := audit(&inc); !slices.Equal(got, wantAudit) {
@@ -576,7 +576,7 @@ func TestEscalationAsksOnce(t *testing.T) {
 		}
 	}
 	r.x.pendingFuse("j")
-	r.sync(at(1200))
+	r.sync(atStep(1200))
 	if len(val.calls)+len(capt.calls)+len(sys.reqs) != 3 {
 		t.Fatalf("asked again on a later fusion: %v %v %d", val.calls, capt.calls, len(sys.reqs))
 	}
@@ -586,7 +586,7 @@ func TestEscalationAsksOnce(t *testing.T) {
 	// A restart does not ask again either (the audit is stored).
 	r2 := newRig(t, st, IncidentsConfig{})
 	r2.x.SetDeps(IncidentDeps{Caps: allCaps, Validator: val, Capturer: capt, Sysom: sys})
-	r2.sync(at(1300))
+	r2.sync(atStep(1300))
 	if len(val.calls)+len(capt.calls)+len(sys.reqs) != 3 {
 		t.Fatalf("asked again after a restart: %v %v %d", val.calls, capt.calls, len(sys.reqs))
 	}
@@ -603,7 +603,7 @@ func TestEscalationCooldownBudget(t *testing.T) {
 	cfg.Fusion.HoldDownSteps = 1
 	r := newRig(t, st, cfg)
 	val := &fakeValidator{}
-	capt := &fakeCapturer{err: analysis.ErrCaptureOpen}
+	capt := &fakeCapturer{err: ErrCaptureOpen}
 	r.x.SetDeps(IncidentDeps{Caps: func(string) incident.Capabilities {
 		return incident.Capabilities{Validation: true, Capture: true, Ranks: 8}
 	}, Validator: val, Capturer: capt})
@@ -616,13 +616,13 @@ func TestEscalationCooldownBudget(t *testing.T) {
 		return 100
 	}
 	r.x.Observe("j", []incident.Evidence{series("j", 0, 1100, slow), onset("j", incident.EngineStageFrontier, 1000, 100, 150), late("j", 2, "", 1000, 1090)})
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	r.x.Observe("j", []incident.Evidence{series("j", 1100, 2100, slow), relief("j", incident.EngineStageFrontier, 1100, 150, 100),
 		onset("j", incident.EngineStageFrontier, 2000, 100, 150), late("j", 4, "", 2000, 2090)})
-	r.sync(at(2100))
+	r.sync(atStep(2100))
 	for range 3 { // more fusions inside the cool-down: no new audit lines
 		r.x.pendingFuse("j")
-		r.sync(at(2200))
+		r.sync(atStep(2200))
 	}
 	incs := r.list(t, "j")
 	if len(incs) != 2 {
@@ -643,7 +643,7 @@ func TestEscalationCooldownBudget(t *testing.T) {
 	capt.err = errors.New("boom")
 	capt.mu.Unlock()
 	r.x.pendingFuse("j")
-	r.sync(at(1000) + int64(11*time.Minute))
+	r.sync(atStep(1000) + int64(11*time.Minute))
 	second = *check(r.x.Get(second.ID))(t)
 	if len(val.calls) != 2 || !slices.Contains(audit(&second), "greyhound_validation:requested") || !slices.Contains(audit(&second), "kair_capture:failed") {
 		t.Fatalf("after the cool-down: %d validations, audit %q", len(val.calls), audit(&second))
@@ -657,7 +657,7 @@ func TestEscalationCooldownBudget(t *testing.T) {
 		return incident.Capabilities{Validation: true, Capture: true, Ranks: 8}
 	}, Validator: val2, Capturer: capt2})
 	b.x.Observe("j", []incident.Evidence{series("j", 0, 1100, slowBetween(1000, 9999, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150), late("j", 2, "", 1000, 1090)})
-	b.sync(at(1100))
+	b.sync(atStep(1100))
 	inc := b.list(t, "j")[0]
 	if len(val2.calls)+len(capt2.calls) != 1 || !slices.ContainsFunc(inc.Audit, func(a incident.Action) bool { return strings.HasPrefix(a.Text, "budget:") }) {
 		t.Fatalf("budget 1: %d validations, %d captures, audit %+v", len(val2.calls), len(capt2.calls), inc.Audit)
@@ -676,12 +676,12 @@ func TestCaptureFeedsKair(t *testing.T) {
 		return []incident.Evidence{late("j", 6, "", 1000, 1090)}
 	}}})
 	r.x.Observe("j", []incident.Evidence{series("j", 0, 1100, slowBetween(1000, 9999, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150)})
-	r.sync(at(1100))
+	r.sync(atStep(1100))
 	id := r.list(t, "j")[0].ID
 	r.x.ObserveCapture(&store.Capture{ID: "c000000000001", Job: "j", Trigger: TriggerIncident, Signal: "incident:" + id, State: store.CaptureComplete, Uploaded: []int{0, 6}})
 	r.x.ObserveCapture(&store.Capture{ID: "c000000000002", Job: "j", Trigger: "manual", State: store.CapturePartial, Uploaded: []int{6}}) // one trace: no report
 	r.x.ObserveCapture(&store.Capture{ID: "c000000000003", Job: "j", Trigger: TriggerIncident, Signal: "incident:" + id, State: store.CaptureExpired})
-	r.sync(at(1110))
+	r.sync(atStep(1110))
 	inc := r.list(t, "j")[0]
 	if !slices.Equal(fed, []string{"c000000000001"}) || !slices.Equal(inc.Cause, []string{"rank:6"}) {
 		t.Fatalf("fed %v, cause %v", fed, inc.Cause)

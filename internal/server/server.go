@@ -54,9 +54,18 @@ type Config struct {
 	// negative Interval disables its loop; the report and validation
 	// routes still serve).
 	Greyhound control.GreyhoundConfig
-	// Kair configures KAIR's triggered capture (auto trigger, cooldown,
-	// default steps; kair.go).
+	// Kair configures KAIR's triggered capture (default steps, sweep;
+	// kair.go); what triggers it is the incident escalation.
 	Kair control.KairConfig
+	// Incidents bounds and schedules the incident manager and its
+	// escalation policy (internal/control, incidents.go); IncidentsOff
+	// turns the layer off (-incidents=false): no incidents, no
+	// escalation, no automatic captures or validations.
+	Incidents    control.IncidentsConfig
+	IncidentsOff bool
+	// IncidentAdapters turn engine reports into incident evidence (zero:
+	// internal/analysis's; tests substitute their own).
+	IncidentAdapters control.Adapters
 	// MaxTraceBytes and MaxTraceEvents bound one rank's KAIR trace upload
 	// (defaults api.DefaultMaxTraceBytes, api.DefaultMaxTraceEvents).
 	MaxTraceBytes  int64
@@ -138,6 +147,8 @@ type Server struct {
 	sysom      *analysis.Sysom     // nil without a stack keyspace or symbol store (sysom.go)
 	resolver   *symbolize.Resolver // names the stacks sysom reads
 	kair       *control.Kair       // nil without a capture keyspace (kair.go)
+	kairLife   *control.KairLifecycle
+	incidents  *control.Incidents // nil when the layer is off (incidents.go)
 
 	mu        sync.Mutex
 	addr      net.Addr
@@ -197,6 +208,10 @@ func New(cfg Config, st Store) (*Server, error) {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	if err := s.startIncidents(&cfg, st); err != nil {
+		s.vectors.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if s.detector, err = detect.New(cfg.Detect, cat, st, s.detectReporter(), s.reg, s.log); err != nil {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: %w", err)
@@ -227,6 +242,10 @@ func New(cfg Config, st Store) (*Server, error) {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	s.wireIncidents(&cfg, st, cat)
+	// TODO(issue 17, i17-api): give s.incidents to api.Deps.Incidents
+	// (through an adapter converting api.IncidentQuery to
+	// control.IncidentQuery) once internal/api/incidents.go lands on main.
 	var ghAPI api.Greyhound
 	if s.greyhound != nil {
 		ghAPI = s.greyhound
@@ -322,7 +341,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	detectDone := make(chan struct{})
 	ghDone := make(chan struct{})
 	kairDone := make(chan struct{})
+	incDone := make(chan struct{})
 	go func() { defer close(detectDone); s.detector.Run(dctx) }()
+	go func() {
+		defer close(incDone)
+		if s.incidents != nil {
+			s.incidents.Run(dctx)
+		}
+	}()
 	go func() {
 		defer close(kairDone)
 		if s.kair != nil {
@@ -352,6 +378,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	<-detectDone
 	<-ghDone
 	<-kairDone
+	<-incDone
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	shutErr := hs.Shutdown(sctx)
