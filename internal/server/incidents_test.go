@@ -122,7 +122,9 @@ func TestIncidentFromInjectedSlowdown(t *testing.T) {
 	if len(cs) != 1 || cs[0].Trigger != control.TriggerIncident || !slices.Contains(cs[0].Ranks, 2) || cs[0].Signal != "incident:"+got.ID {
 		t.Fatalf("captures %+v, want one incident capture of rank 2", cs)
 	}
-	if !slices.ContainsFunc(got.Audit, func(a incident.Action) bool { return a.Kind == incident.RequestCapture && a.Result == control.ResultRequested && a.Ref == cs[0].ID }) {
+	if !slices.ContainsFunc(got.Audit, func(a incident.Action) bool {
+		return a.Kind == incident.RequestCapture && a.Result == control.ResultRequested && a.Ref == cs[0].ID
+	}) {
 		t.Fatalf("audit %+v lacks the capture", got.Audit)
 	}
 	// Deleting the job takes its incidents.
