@@ -526,7 +526,7 @@ func (x *Incidents) process(ctx context.Context, job string, p *pendingJob) {
 // state changes and the incidents.
 func (x *Incidents) fuseLocked(st *jobState) ([]Change, []incident.Incident) {
 	now := x.now().UnixNano()
-	in := incident.Input{Job: st.job, NowNS: now, Prior: st.incs, Caps: x.caps(st.job)}
+	in := incident.Input{Job: st.job, NowNS: now, Prior: st.incs, Caps: x.caps(st.job), Stopped: x.stopped(st.job)}
 	in.Evidence = make([]incident.Evidence, 0, len(st.ev))
 	for _, e := range st.ev {
 		in.Evidence = append(in.Evidence, e.ev)
@@ -1189,7 +1189,7 @@ func newIncMetrics(reg prometheus.Registerer) (*incMetrics, error) {
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "incident", Name: "evidence_dropped_total",
 			Help: "Evidence that left or never entered a job's working set, by reason: resolved (kept by its stored incident), expired (older than the horizon, in no open incident), job_cap (the per-job bound), shed (the fusion queue was full), invalid."}, []string{"reason"}),
 		escalations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "incident", Name: "escalations_total",
-			Help: "Evidence the incidents asked engines for, by kind (greyhound_validation, kair_capture, sysom_profile) and result (requested, skipped, failed)."}, []string{"kind", "result"}),
+			Help: "Evidence the incidents asked engines for, by kind (greyhound_validation, kair_capture, sysom_profile) and result (requested, done, skipped, failed)."}, []string{"kind", "result"}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "incident", Name: "records_skipped_total",
 			Help: "Stored incident, evidence or audit records skipped because they do not decode (logged with their key)."}),
 		indexTrimmed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "incident", Name: "index_trimmed_total",

@@ -38,6 +38,10 @@ type IncidentDeps struct {
 	// Prompt asks for the job's prompt re-evaluation (an onset is
 	// suspected or an incident is unresolved): detect.Detector.Hot.
 	Prompt func(job string)
+	// Stopped says where the job stopped reporting, nil while it
+	// reports (incident.Input.Stopped): an incident still open then
+	// resolves as "job stopped" instead of paging forever.
+	Stopped func(job string) *incident.Point
 	// The escalation's engines.
 	Validator Validator
 	Capturer  Capturer
@@ -55,6 +59,13 @@ func (x *Incidents) caps(job string) incident.Capabilities {
 		return incident.Capabilities{}
 	}
 	return x.deps.Caps(job)
+}
+
+func (x *Incidents) stopped(job string) *incident.Point {
+	if x.deps.Stopped == nil {
+		return nil
+	}
+	return x.deps.Stopped(job)
 }
 
 func (x *Incidents) prompt(job string) {

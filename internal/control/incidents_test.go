@@ -731,3 +731,25 @@ func TestIncidentsConcurrent(t *testing.T) {
 		t.Fatalf("job a: %d incidents", len(incs))
 	}
 }
+
+// A job that stops reporting with an incident open: the incident
+// resolves (job stopped) instead of staying open for ever, and says so.
+func TestStoppedJobResolves(t *testing.T) {
+	st := openStore(t, t.TempDir(), "j")
+	r := newRig(t, st, IncidentsConfig{})
+	var stopped *incident.Point
+	r.x.SetDeps(IncidentDeps{Stopped: func(string) *incident.Point { return stopped }})
+	r.x.Observe("j", []incident.Evidence{series("j", 0, 1100, slowBetween(1000, 9999, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150)})
+	r.sync(atStep(1100))
+	id := r.list(t, "j")[0].ID
+	stopped = &incident.Point{WallNS: atStep(1099), Step: 1099}
+	r.x.tick()
+	r.sync(atStep(1100) + int64(20*time.Minute))
+	inc := check(r.x.Get(id))(t)
+	if inc.State != incident.StateResolved {
+		t.Fatalf("incident of a stopped job: %s", inc.State)
+	}
+	if got := r.changes(); len(got) != 2 || got[1] != id+":open→resolved" {
+		t.Fatalf("changes %q", got)
+	}
+}

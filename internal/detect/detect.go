@@ -110,6 +110,7 @@ type Summary struct {
 type jobState struct {
 	lastStep    int64
 	vectors     int64
+	firstSeen   time.Time
 	advancedAt  time.Time // zero: not seen advancing since start
 	evaluatedAt time.Time
 	exported    bool // its series are in the registry
@@ -216,6 +217,29 @@ func (d *Detector) Advancing(job string) bool {
 	defer d.mu.Unlock()
 	s := d.state[job]
 	return s != nil && !s.advancedAt.IsZero() && d.now().Sub(s.advancedAt) <= d.cfg.ActiveFor
+}
+
+// Stopped reports whether job stopped reporting: its newest step has not
+// advanced for ActiveFor (since it was last seen advancing, or since the
+// server first saw it). at is when it last advanced (else when it was
+// first seen: it stopped at or before then), step its newest training
+// step. An incident still open then is resolved as "job stopped".
+func (d *Detector) Stopped(job string) (at time.Time, step int64, stopped bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.state[job]
+	if s == nil {
+		return time.Time{}, 0, false
+	}
+	at = s.advancedAt
+	if at.IsZero() {
+		at = s.firstSeen
+	}
+	if d.now().Sub(at) <= d.cfg.ActiveFor {
+		return time.Time{}, 0, false
+	}
+	_, step = stagevec.SplitOrdinal(max(s.lastStep, 0))
+	return at, step, true
 }
 
 // Forget drops a deleted job's state, diagnosis and series now, rather
@@ -332,7 +356,7 @@ func (d *Detector) EvaluateOnce(ctx context.Context) {
 		}
 		s := d.state[j.ID]
 		if s == nil {
-			s = &jobState{lastStep: st.LastStep, vectors: st.Vectors}
+			s = &jobState{lastStep: st.LastStep, vectors: st.Vectors, firstSeen: now}
 			d.state[j.ID] = s
 			if st.Vectors > 0 {
 				todo = append(todo, due{j.ID, s.evaluatedAt})

@@ -279,3 +279,37 @@ func TestHotJobsEvaluatedPromptly(t *testing.T) {
 		t.Fatalf("an expired mark still evaluated: %v", got)
 	}
 }
+
+// Stopped: a job whose newest step has not moved for ActiveFor (since it
+// last advanced, or since it was first seen) has stopped, at its newest
+// step; an advancing one has not.
+func TestStopped(t *testing.T) {
+	g := newGrowing("train", sim.DDP{Ranks: 4, Steps: 120, Seed: 1})
+	now := time.Unix(1_800_000_000, 0)
+	d, _ := newDetector(t, g, &now)
+	ctx := context.Background()
+	if _, _, ok := d.Stopped("train"); ok {
+		t.Fatal("an unseen job stopped")
+	}
+	g.advance(40)
+	d.EvaluateOnce(ctx)
+	first := now
+	now = now.Add(5 * time.Minute)
+	if _, _, ok := d.Stopped("train"); ok {
+		t.Fatal("stopped within ActiveFor of its first sighting")
+	}
+	now = now.Add(6 * time.Minute) // 11m since first seen, never advancing: stopped at (or before) then
+	if at, step, ok := d.Stopped("train"); !ok || !at.Equal(first) || step != 39 {
+		t.Fatalf("Stopped = %v, %d, %v; want first sighting, step 39", at, step, ok)
+	}
+	g.advance(60)
+	d.EvaluateOnce(ctx)
+	advanced := now
+	if _, _, ok := d.Stopped("train"); ok {
+		t.Fatal("an advancing job stopped")
+	}
+	now = now.Add(11 * time.Minute)
+	if at, step, ok := d.Stopped("train"); !ok || !at.Equal(advanced) || step != 59 {
+		t.Fatalf("Stopped = %v, %d, %v; want the last advance, step 59", at, step, ok)
+	}
+}

@@ -35,7 +35,14 @@ func (s *Server) wireIncidents(cfg *Config, st Store, cat *catalog.Catalog) {
 	if x == nil {
 		return
 	}
-	d := control.IncidentDeps{Jobs: cat, Adapters: cfg.IncidentAdapters, Caps: s.incidentCaps(cat, st), Prompt: s.detector.Hot}
+	d := control.IncidentDeps{Jobs: cat, Adapters: cfg.IncidentAdapters, Caps: s.incidentCaps(cat, st), Prompt: s.detector.Hot,
+		Stopped: func(job string) *incident.Point {
+			at, step, ok := s.detector.Stopped(job)
+			if !ok {
+				return nil
+			}
+			return &incident.Point{WallNS: at.UnixNano(), Step: step}
+		}}
 	// TODO(issue 17, i17-adapt): default Adapters to
 	// analysis.StageFrontierEvidence, GreyhoundEvidence, SysomEvidence and
 	// KairEvidence once they land on main; until then only an adapter set

@@ -368,7 +368,7 @@ func (s *Store) IncidentIndex(fn func(id, job string, summary []byte) error) err
 
 // IncidentWorkingSet calls ev with each piece of job's stored evidence
 // (evidence-id order) and act with each audit action (time order);
-// values are valid during the call only. A malformed audit key is
+// values are valid during the call only; a nil callback skips its part. A malformed audit key is
 // skipped (logged, SkippedRecords).
 func (s *Store) IncidentWorkingSet(job string, ev func(id string, value []byte) error, act func(k ActionKey, value []byte) error) error {
 	if err := s.enter(); err != nil {
@@ -378,8 +378,13 @@ func (s *Store) IncidentWorkingSet(job string, ev func(id string, value []byte) 
 	if !s.hasJob(job) {
 		return notFound(job)
 	}
-	if err := s.scanSuffix(jobRange(prefixEvidence, job, 0), func(k, v []byte) error { return ev(string(k), v) }); err != nil {
-		return fmt.Errorf("store: evidence of job %q: %w", job, err)
+	if ev != nil {
+		if err := s.scanSuffix(jobRange(prefixEvidence, job, 0), func(k, v []byte) error { return ev(string(k), v) }); err != nil {
+			return fmt.Errorf("store: evidence of job %q: %w", job, err)
+		}
+	}
+	if act == nil {
+		return nil
 	}
 	lo := jobRange(prefixAudit, job, 0)
 	err := s.scanSuffix(lo, func(k, v []byte) error {
