@@ -282,9 +282,9 @@ func (e *escalator) request(job string, inc *incident.Incident, w incident.Reque
 		if d.Sysom == nil {
 			return ResultSkipped, "", "SysOM-AI analysis is not available on this server (no symbol store)"
 		}
-		win := profileWindow(inc, now)
-		if !e.enqueue(engineTask{key: "profile\x00" + job + "\x00" + inc.ID, job: job, run: func(ctx context.Context) {
-			e.profile(ctx, job, inc.ID, w.Ranks, win)
+		win, id, ranks := profileWindow(inc, now), inc.ID, slices.Clone(w.Ranks)
+		if !e.enqueue(engineTask{key: "profile\x00" + job + "\x00" + id, job: job, run: func(ctx context.Context) {
+			e.profile(ctx, job, id, ranks, win)
 		}}) {
 			return ResultFailed, "", "the engine queue is full; asked again later"
 		}

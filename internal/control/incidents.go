@@ -911,6 +911,10 @@ func (st *jobState) prune(incs []incident.Incident, now int64, cfg IncidentsConf
 	d := drops{ev: map[string]bool{}, acts: map[store.ActionKey]bool{}, counts: map[string]int{}}
 	live, closedHeld, onsets := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	liveInc, closedInc := map[string]bool{}, map[string]bool{}
+	// The step series from the earliest unresolved incident's "before"
+	// window on is kept: its lost time and resolution read it, however
+	// long the incident lasts.
+	progressFrom := int64(1<<63 - 1)
 	for i := range incs {
 		inc := &incs[i]
 		if closed(inc, now, cfg.Fusion) {
@@ -921,6 +925,11 @@ func (st *jobState) prune(incs []incident.Incident, now int64, cfg IncidentsConf
 			continue
 		}
 		liveInc[inc.ID] = true
+		from := inc.Windows.Before.FromNS
+		if from <= 0 {
+			from = inc.Opened.WallNS - int64(cfg.Horizon)
+		}
+		progressFrom = min(progressFrom, from)
 		for _, e := range inc.Evidence {
 			live[e.ID] = true
 		}
@@ -941,6 +950,7 @@ func (st *jobState) prune(incs []incident.Incident, now int64, cfg IncidentsConf
 	for id, e := range st.ev {
 		switch {
 		case live[id]:
+		case e.ev.Signal == incident.SignalProgress && evidenceEnd(&e.ev) >= progressFrom:
 		case closedHeld[id]:
 			drop(id, "resolved")
 		case evidenceEnd(&e.ev) < horizon:

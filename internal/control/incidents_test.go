@@ -753,3 +753,96 @@ func TestStoppedJobResolves(t *testing.T) {
 		t.Fatalf("changes %q", got)
 	}
 }
+
+type fakeJobs map[string]*signal.Job
+
+func (f fakeJobs) Get(id string) (*signal.Job, error) {
+	if j, ok := f[id]; ok {
+		return j, nil
+	}
+	return nil, store.ErrNotFound
+}
+
+func (f fakeJobs) List() ([]*signal.Job, error) {
+	var out []*signal.Job
+	for _, j := range f {
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+type fakeProfiles map[string]store.ProfileStats
+
+func (f fakeProfiles) ProfileStats(job string) (store.ProfileStats, error) { return f[job], nil }
+
+// SysOM joins the background loop: a round evaluates jobs whose agents
+// shipped stacks since their last round — a job with an unresolved
+// incident first, at most SysomJobsPerRound — and feeds the findings
+// with the job's hosts; a job without new stacks is not evaluated again.
+func TestSysomBackgroundRound(t *testing.T) {
+	jobs := fakeJobs{}
+	for _, id := range []string{"a", "b", "c", "quiet"} {
+		jobs[id] = &signal.Job{ID: id, WorldSize: 2, Ranks: []signal.Rank{{Rank: 0, Host: "h-" + id}, {Rank: 1, Host: "h1"}}}
+	}
+	st := openStore(t, t.TempDir(), "a", "b", "c", "quiet")
+	r := newRig(t, st, IncidentsConfig{Escalation: EscalationConfig{SysomJobsPerRound: 2}})
+	prof := fakeProfiles{"a": {StackRecords: 5, LastNS: 10}, "b": {StackRecords: 5, LastNS: 10}, "c": {StackRecords: 5, LastNS: 10}}
+	sys := &fakeSysom{}
+	var hosts []string
+	r.x.SetDeps(IncidentDeps{Jobs: jobs, Sysom: sys, Profiles: prof, Adapters: Adapters{Sysom: func(rep *analysis.SysomReport, h map[int]string) []incident.Evidence {
+		hosts = append(hosts, h[0])
+		return nil
+	}}})
+	// c has an unresolved incident: it goes first.
+	r.x.Observe("c", []incident.Evidence{series("c", 0, 1100, slowBetween(1000, 9999, 150)), onset("c", incident.EngineStageFrontier, 1000, 100, 150)})
+	r.sync(atStep(1100))
+	ctx := context.Background()
+	r.x.esc.sysomRound(ctx)
+	if !slices.Equal(hosts, []string{"h-c", "h-a"}) {
+		t.Fatalf("first round fed %v, want c (incident) then a, two jobs", hosts)
+	}
+	r.x.esc.sysomRound(ctx)
+	if !slices.Equal(hosts, []string{"h-c", "h-a", "h-b"}) {
+		t.Fatalf("second round fed %v, want b only (the others have no new stacks)", hosts)
+	}
+	prof["a"] = store.ProfileStats{StackRecords: 9, LastNS: 20}
+	r.x.esc.sysomRound(ctx)
+	if len(hosts) != 4 || hosts[3] != "h-a" || len(sys.reqs) != 4 {
+		t.Fatalf("after a's agent shipped more: fed %v, %d evaluations", hosts, len(sys.reqs))
+	}
+	for _, q := range sys.reqs {
+		if q.Window.FromNS != 0 || q.Window.NowNS == 0 {
+			t.Fatalf("background round asked %+v, want the default window at the server's now", q.Window)
+		}
+	}
+}
+
+// An incident that outlasts the horizon keeps its step series: the time
+// it has lost only grows, and the first slow steps stay in the working
+// set while it is unresolved.
+func TestLongIncidentKeepsItsSeries(t *testing.T) {
+	st := openStore(t, t.TempDir(), "j")
+	r := newRig(t, st, IncidentsConfig{Horizon: time.Minute})
+	slow := slowBetween(1000, 1<<40, 150)
+	r.x.Observe("j", []incident.Evidence{series("j", 0, 1000, slow), onset("j", incident.EngineStageFrontier, 1000, 100, 150)})
+	last := 0.0
+	for from := int64(1000); from < 5000; from += 500 { // 400 s of slow steps, horizon 60 s
+		r.x.Observe("j", []incident.Evidence{series("j", from, from+500, slow)})
+		r.sync(atStep(from + 500))
+		inc := r.list(t, "j")[0]
+		if inc.State != incident.StateOpen || inc.Lost.Seconds < last {
+			t.Fatalf("at step %d: %s, lost %v after %v", from+500, inc.State, inc.Lost.Seconds, last)
+		}
+		last = inc.Lost.Seconds
+	}
+	if want := 4000 * 0.05; last < want-1 {
+		t.Fatalf("lost %v s over 4000 steps 50 ms slower, want ≈ %v", last, want)
+	}
+	kept := false
+	if err := st.IncidentWorkingSet("j", func(id string, _ []byte) error {
+		kept = kept || id == "sf/progress/1000"
+		return nil
+	}, nil); err != nil || !kept {
+		t.Fatalf("the first slow steps left the working set (%v)", err)
+	}
+}
