@@ -88,6 +88,8 @@ var metrics = map[string]string{
 	"laggard_incident_index_trimmed_total":    "counter",
 	"laggard_incident_pending_bytes":          "gauge",
 	"laggard_incident_cache_bytes":            "gauge",
+	"laggard_incident_detection_seconds":      "histogram",
+	"laggard_incident_localization_seconds":   "histogram",
 }
 
 var metricRef = regexp.MustCompile(`\blaggard_[a-z0-9_]+`)

@@ -225,11 +225,12 @@ type actEntry struct {
 // (to tell a change), its state (transitions) and its lost time (the
 // counter's increase).
 type incMeta struct {
-	raw   []byte
-	size  int64
-	state incident.State
-	lost  float64
-	cat   incident.Category
+	raw    []byte
+	size   int64
+	state  incident.State
+	lost   float64
+	cat    incident.Category
+	stated bool // a cause is stated
 }
 
 // NewIncidents returns the manager over st; its metrics are registered
@@ -540,6 +541,7 @@ func (x *Incidents) fuseLocked(st *jobState) ([]Change, []incident.Incident) {
 
 	w := &store.IncidentWrite{}
 	var changes []Change
+	var localized []incident.Incident
 	var lost float64
 	newMeta := make(map[string]incMeta, len(incs))
 	var puts []incident.Incident
@@ -564,13 +566,16 @@ func (x *Incidents) fuseLocked(st *jobState) ([]Change, []incident.Incident) {
 			newMeta[inc.ID] = old // Fuse returns a closed incident as it was
 			continue
 		}
-		nm := incMeta{raw: raw, size: int64(len(raw)), state: inc.State, lost: inc.Lost.Seconds, cat: inc.Category}
+		nm := incMeta{raw: raw, size: int64(len(raw)), state: inc.State, lost: inc.Lost.Seconds, cat: inc.Category, stated: len(inc.Cause) > 0}
 		newMeta[inc.ID] = nm
 		if had && !st.unsaved && string(old.raw) == string(raw) {
 			continue
 		}
 		w.Put = append(w.Put, store.IncidentRecord{ID: inc.ID, Value: raw, Summary: sraw})
 		puts = append(puts, *inc)
+		if nm.stated && !old.stated {
+			localized = append(localized, *inc)
+		}
 		switch {
 		case !had:
 			changes = append(changes, Change{Incident: *inc, To: inc.State})
@@ -650,6 +655,20 @@ func (x *Incidents) fuseLocked(st *jobState) ([]Change, []incident.Incident) {
 	}
 	for _, c := range changes {
 		x.m.transitions.WithLabelValues(string(c.To)).Inc()
+		if c.From == "" && c.Incident.Opened.WallNS > 0 && c.Incident.DetectedNS >= c.Incident.Opened.WallNS {
+			x.m.detection.Observe(float64(c.Incident.DetectedNS-c.Incident.Opened.WallNS) / 1e9)
+		}
+	}
+	// Localized: the first time a cause is stated (the issue's "within
+	// 10 s of the onset" is this histogram).
+	for i := range localized {
+		inc := &localized[i]
+		after := float64(now-inc.Opened.WallNS) / 1e9
+		if inc.Opened.WallNS > 0 && after >= 0 {
+			x.m.localization.Observe(after)
+		}
+		x.log.Info("incident localized", "id", inc.ID, "job", inc.Job, "cause", inc.Cause, "confidence", inc.Confidence,
+			"after_onset_s", after, "headline", inc.Headline)
 	}
 	x.publishOpen(st)
 	return changes, incs
@@ -831,7 +850,7 @@ func (x *Incidents) stateLocked(job string) (*jobState, error) {
 			return nil
 		}
 		st.incs = append(st.incs, *inc)
-		st.meta[id] = incMeta{raw: v[:len(v):len(v)], size: int64(len(v)), state: inc.State, lost: inc.Lost.Seconds, cat: inc.Category}
+		st.meta[id] = incMeta{raw: v[:len(v):len(v)], size: int64(len(v)), state: inc.State, lost: inc.Lost.Seconds, cat: inc.Category, stated: len(inc.Cause) > 0}
 		return nil
 	})
 	if err != nil {
@@ -1185,10 +1204,12 @@ type incMetrics struct {
 	transitions, dropped, escalations *prometheus.CounterVec
 	skipped, indexTrimmed             prometheus.Counter
 	pending, cacheBytes               prometheus.Gauge
+	detection, localization           prometheus.Histogram
 }
 
 func newIncMetrics(reg prometheus.Registerer) (*incMetrics, error) {
 	const ns = "laggard"
+	lat := []float64{1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600}
 	m := &incMetrics{
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "incidents_open",
 			Help: "Open incidents (the job is slow now; recovering and resolved ones are not counted), by job and cause category."}, []string{"job", "cause"}),
@@ -1208,8 +1229,12 @@ func newIncMetrics(reg prometheus.Registerer) (*incMetrics, error) {
 			Help: "Evidence observed but not yet fused (bytes of JSON)."}),
 		cacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "incident", Name: "cache_bytes",
 			Help: "Job working sets and incidents the manager holds in memory (bytes, estimated)."}),
+		detection: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "incident", Name: "detection_seconds",
+			Help: "From an incident's onset (the engines' estimate of when the job slowed) to its opening (server clock).", Buckets: lat}),
+		localization: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "incident", Name: "localization_seconds",
+			Help: "From an incident's onset to the first stated cause (a rank, link, operator, or the whole job).", Buckets: lat}),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.lost, m.transitions, m.dropped, m.escalations, m.skipped, m.indexTrimmed, m.pending, m.cacheBytes} {
+	for _, c := range []prometheus.Collector{m.open, m.lost, m.transitions, m.dropped, m.escalations, m.skipped, m.indexTrimmed, m.pending, m.cacheBytes, m.detection, m.localization} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

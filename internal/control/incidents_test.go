@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/incident"
@@ -198,6 +199,14 @@ func TestIncidentLife(t *testing.T) {
 	}
 	if len(incs[0].Evidence) != 3 { // two onsets and the finding (progress is not listed)
 		t.Fatalf("joined incident holds %d pieces of evidence", len(incs[0].Evidence))
+	}
+	// Opened at step 1000, published at step 1100 (10 s), localized at
+	// step 1300 (30 s).
+	if n, sum := histo(t, r.x.m.detection); n != 1 || sum != 10 {
+		t.Fatalf("detection_seconds: %d observations, sum %v; want 1, 10", n, sum)
+	}
+	if n, sum := histo(t, r.x.m.localization); n != 1 || sum != 30 {
+		t.Fatalf("localization_seconds: %d observations, sum %v; want 1, 30", n, sum)
 	}
 	lost := incs[0].Lost.Seconds
 	if lost <= 0 || testutil.ToFloat64(r.x.m.lost.WithLabelValues("j")) != lost {
@@ -845,4 +854,14 @@ func TestLongIncidentKeepsItsSeries(t *testing.T) {
 	}, nil); err != nil || !kept {
 		t.Fatalf("the first slow steps left the working set (%v)", err)
 	}
+}
+
+// histo reads a histogram's count and sum.
+func histo(t *testing.T, h prometheus.Histogram) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
