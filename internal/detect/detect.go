@@ -291,8 +291,10 @@ func (d *Detector) EvaluateHot(ctx context.Context) {
 			delete(d.hot, job)
 			continue
 		}
-		s := d.state[job]
-		if s == nil || now.Sub(s.evaluatedAt) < d.cfg.FastInterval {
+		// A job the rounds have not seen yet (it began after the last
+		// one) is evaluated now too: its first incident must not wait a
+		// whole Interval.
+		if s := d.state[job]; s != nil && now.Sub(s.evaluatedAt) < d.cfg.FastInterval {
 			continue
 		}
 		todo = append(todo, job)
@@ -309,7 +311,13 @@ func (d *Detector) EvaluateHot(ctx context.Context) {
 		}
 		d.mu.Lock()
 		s := d.state[job]
-		changed := s != nil && d.noteStats(s, st, now)
+		if s == nil {
+			// First sighting: like a round's, it records the job without
+			// calling it advancing, and evaluates it.
+			s = &jobState{lastStep: st.LastStep, vectors: st.Vectors, firstSeen: now}
+			d.state[job] = s
+		}
+		changed := s.evaluatedAt.IsZero() || d.noteStats(s, st, now)
 		d.mu.Unlock()
 		if changed && st.Vectors > 0 {
 			d.m.evaluations.WithLabelValues("prompt").Inc()

@@ -313,3 +313,31 @@ func TestStopped(t *testing.T) {
 		t.Fatalf("Stopped = %v, %d, %v; want the last advance, step 59", at, step, ok)
 	}
 }
+
+// A hot job the rounds have not seen yet (it began after the last one)
+// is evaluated at once, and counts as advancing from its next step on.
+func TestHotJobNotYetSeen(t *testing.T) {
+	g := newGrowing("train", sim.DDP{Ranks: 4, Steps: 200, Seed: 1})
+	now := time.Unix(1_800_000_000, 0)
+	d, err := New(Config{Interval: time.Hour, FastInterval: 5 * time.Second}, g, g, g, prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.now = func() time.Time { return now }
+	ctx := context.Background()
+	g.advance(40)
+	d.Hot("train")
+	d.EvaluateHot(ctx)
+	if _, ok := d.Latest("train"); !ok {
+		t.Fatal("a hot job not yet seen by a round was not evaluated")
+	}
+	if d.Advancing("train") {
+		t.Fatal("advancing on its first sighting")
+	}
+	now = now.Add(5 * time.Second)
+	g.advance(50)
+	d.EvaluateHot(ctx)
+	if !d.Advancing("train") {
+		t.Fatal("not advancing after its steps moved")
+	}
+}
