@@ -565,3 +565,23 @@ func (c *Greyhound) Follows(job string) bool {
 	j := c.seen[job]
 	return j != nil && c.now().Sub(j.advanced) <= c.cfg.ActiveFor
 }
+
+// pollFreshNS: ranks that polled for captures this recently will pick a
+// new capture up.
+const pollFreshNS = int64(30e9)
+
+// Polling reports whether ranks of job polled for captures (naming
+// their step) within the last 30 s: a capture asked now will be
+// recorded. It answers at once, where the StageFrontier detector needs
+// two evaluations to call a job advancing.
+func (k *Kair) Polling(job string) bool {
+	now := k.now().UnixNano()
+	k.k.mu.Lock()
+	defer k.k.mu.Unlock()
+	for _, p := range k.k.progress[job] {
+		if now-p.atNS <= pollFreshNS {
+			return true
+		}
+	}
+	return false
+}

@@ -122,3 +122,22 @@ func TestKairIncidentCapture(t *testing.T) {
 		t.Fatalf("stored %+v, %v", stored, err)
 	}
 }
+
+// Polling: ranks that polled for captures within 30 s make a job
+// capturable at once; a silent one is not.
+func TestKairPolling(t *testing.T) {
+	e := newKairTest(t, 4, KairConfig{})
+	if e.k.Polling("j") {
+		t.Fatal("polling before any poll")
+	}
+	if _, err := e.k.PendingCapture("j", 1, 40, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !e.k.Polling("j") {
+		t.Fatal("not polling right after a poll")
+	}
+	e.now = e.now.Add(31 * time.Second)
+	if e.k.Polling("j") {
+		t.Fatal("still polling 31 s after the last poll")
+	}
+}

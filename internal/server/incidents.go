@@ -72,8 +72,9 @@ func (s *Server) wireIncidents(cfg *Config, st Store, cat *catalog.Catalog) {
 
 // incidentCaps says what a job can be asked for: a validation when the
 // Greyhound controller follows its collective calls, a capture while its
-// steps advance (its ranks poll), a profile window while an agent ships
-// its stacks.
+// ranks poll for captures (or, for clients that do not say their step,
+// while its steps advance), a profile window while an agent ships its
+// stacks.
 func (s *Server) incidentCaps(cat *catalog.Catalog, st Store) func(job string) incident.Capabilities {
 	ps, _ := st.(control.ProfileSource)
 	return func(job string) incident.Capabilities {
@@ -82,7 +83,7 @@ func (s *Server) incidentCaps(cat *catalog.Catalog, st Store) func(job string) i
 			c.Ranks = j.WorldSize
 		}
 		c.Validation = s.greyhound != nil && s.greyhound.Follows(job)
-		c.Capture = s.kair != nil && s.detector.Advancing(job)
+		c.Capture = s.kair != nil && (s.kair.Polling(job) || s.detector.Advancing(job))
 		if s.sysom != nil && ps != nil {
 			if p, err := ps.ProfileStats(job); err == nil && p.StackRecords > 0 {
 				c.Profile = time.Since(time.Unix(0, p.LastNS)) < 10*time.Minute
