@@ -161,8 +161,8 @@ func (e *escalator) forget(job string) {
 	e.mu.Unlock()
 }
 
-// act decides on every unasked request of job's unresolved incidents
-// and records an action for each decision that is new; it reports
+// act decides on every unasked request of job's open incidents and
+// records an action for each decision that is new; it reports
 // whether it recorded any (the caller fuses again so the audit and the
 // requests show them). x.work is held.
 func (e *escalator) act(job string, incs []incident.Incident, st *jobState) bool {
@@ -171,7 +171,11 @@ func (e *escalator) act(job string, incs []incident.Incident, st *jobState) bool
 	recorded := false
 	for i := range incs {
 		inc := &incs[i]
-		if inc.State == incident.StateResolved {
+		if inc.State != incident.StateOpen {
+			// Recovering: the job is back within 10 % of healthy, so a
+			// benchmark, a capture or a profile window now would measure
+			// the healthy job and cost it for nothing (a relapse re-opens
+			// the incident and its requests).
 			continue
 		}
 		for _, w := range inc.Waiting {

@@ -865,3 +865,26 @@ func histo(t *testing.T, h prometheus.Histogram) (uint64, float64) {
 	}
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
+
+// A slowdown that is over by the time it is published (recovering) asks
+// no engine: a validation or capture would measure the healthy job.
+func TestRecoveringAsksNothing(t *testing.T) {
+	st := openStore(t, t.TempDir(), "j")
+	r := newRig(t, st, IncidentsConfig{})
+	val, capt := &fakeValidator{}, &fakeCapturer{}
+	r.x.SetDeps(IncidentDeps{Caps: allCaps, Validator: val, Capturer: capt})
+	r.x.Observe("j", []incident.Evidence{series("j", 0, 1100, slowBetween(1000, 1050, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150),
+		relief("j", incident.EngineStageFrontier, 1050, 150, 101), func() incident.Evidence {
+			e := late("j", 3, "", 1000, 1040)
+			e.Confidence = incident.ConfidenceLow
+			return e
+		}()})
+	r.sync(atStep(1100))
+	inc := r.list(t, "j")[0]
+	if inc.State != incident.StateRecovering || len(inc.Waiting) == 0 {
+		t.Fatalf("want a recovering incident with requests waiting: %s, %+v", inc.State, inc.Waiting)
+	}
+	if len(val.calls)+len(capt.calls) != 0 || len(inc.Audit) != 0 {
+		t.Fatalf("a recovering incident asked: %v %v, audit %+v", val.calls, capt.calls, inc.Audit)
+	}
+}
