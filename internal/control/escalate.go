@@ -574,18 +574,14 @@ func (c *Greyhound) Follows(job string) bool {
 // new capture up.
 const pollFreshNS = int64(30e9)
 
-// Polling reports whether ranks of job polled for captures (naming
-// their step) within the last 30 s: a capture asked now will be
-// recorded. It answers at once, where the StageFrontier detector needs
-// two evaluations to call a job advancing.
+// Polling reports whether ranks of job polled for captures within the
+// last 30 s: a capture asked now will be recorded. It answers at once,
+// where the StageFrontier detector needs two evaluations to call a job
+// advancing (a client polls before it names its step).
 func (k *Kair) Polling(job string) bool {
 	now := k.now().UnixNano()
 	k.k.mu.Lock()
 	defer k.k.mu.Unlock()
-	for _, p := range k.k.progress[job] {
-		if now-p.atNS <= pollFreshNS {
-			return true
-		}
-	}
-	return false
+	t, ok := k.k.lastPoll[job]
+	return ok && now-t <= pollFreshNS
 }
