@@ -99,10 +99,12 @@ type Validator interface {
 }
 
 // Capturer creates a KAIR capture of ranks of job with trigger
-// TriggerIncident; signal names the incident (one capture per incident
-// also across restarts).
+// TriggerIncident; stepMS is the job's step time now (the incident's
+// slow step time: where the capture starts and how long it waits),
+// signal names the incident (one capture per incident also across
+// restarts).
 type Capturer interface {
-	CreateIncidentCapture(job string, ranks []int, reason, signal string) (*store.Capture, error)
+	CreateIncidentCapture(job string, ranks []int, stepMS float64, reason, signal string) (*store.Capture, error)
 }
 
 // KairReporter computes a capture's KAIR report (detect.Kair.Report).
@@ -274,7 +276,7 @@ func (e *escalator) request(job string, inc *incident.Incident, w incident.Reque
 			return ResultSkipped, "", "KAIR captures are not available on this server (no capture keyspace)"
 		}
 		reason := fmt.Sprintf("incident %s: %s", inc.ID, clip(inc.Headline, 200))
-		c, err := d.Capturer.CreateIncidentCapture(job, w.Ranks, reason, "incident:"+inc.ID)
+		c, err := d.Capturer.CreateIncidentCapture(job, w.Ranks, inc.SlowMS, reason, "incident:"+inc.ID)
 		switch {
 		case errors.Is(err, ErrCaptureOpen):
 			return ResultSkipped, "", "busy: the job has an open capture; asked again when it closes"
@@ -350,7 +352,7 @@ func (e *escalator) profile(ctx context.Context, job, incID string, ranks []int,
 		a.Result, a.Text = ResultDone, fmt.Sprintf("SysOM-AI analysed %d ranks' stacks over the window: %d findings", rep.Window.Ranks, len(evs))
 	}
 	e.x.m.escalations.WithLabelValues(string(a.Kind), a.Result).Inc()
-	e.x.Record(job, a)
+	e.x.record(job, a)
 }
 
 // enqueue queues engine work unless the same task is queued or the queue
@@ -434,7 +436,7 @@ func (e *escalator) kairReport(ctx context.Context, c *store.Capture) {
 	}
 	if forIncident {
 		e.x.m.escalations.WithLabelValues(string(a.Kind), a.Result).Inc()
-		e.x.Record(c.Job, a)
+		e.x.record(c.Job, a)
 	}
 }
 
@@ -550,10 +552,17 @@ func clip(s string, n int) string {
 
 // CreateIncidentCapture asks ranks (the incident's suspects; the
 // capture adds random peers) to record a KAIR capture with trigger
-// TriggerIncident; signal names the incident. It implements Capturer.
-func (k *Kair) CreateIncidentCapture(job string, ranks []int, reason, signal string) (*store.Capture, error) {
+// TriggerIncident; signal names the incident. The incident's step time
+// places the start a few steps ahead of the ranks: seconds after an
+// onset the background evaluation may not know the job's step time yet,
+// and a capture placed without one can start past the job's end. It
+// implements Capturer.
+func (k *Kair) CreateIncidentCapture(job string, ranks []int, stepMS float64, reason, signal string) (*store.Capture, error) {
 	h := k.hints(job, TriggerIncident, ranks)
 	h.Signal = signal
+	if stepMS > 0 && stepMS < 86_400_000 { // a day bounds a step
+		h.StepNS = int64(stepMS * 1e6)
+	}
 	return k.k.Create(job, analysis.CaptureRequest{Steps: k.cfg.Steps, Reason: reason}, h, k.now().UnixNano())
 }
 

@@ -393,10 +393,31 @@ func checkEvidence(job string, e *incident.Evidence) ([]byte, error) {
 	return raw, nil
 }
 
-// Record adds an audit action (for incident a.Incident of its job) and
-// queues the job for fusion; the next fusion shows it in the audit log
-// and marks the request it answers as asked.
-func (x *Incidents) Record(job string, a incident.Action) {
+// Record adds an audit action taken for incident a.Incident — by
+// whatever acted (mitigation, an operator's tool) — and queues its job
+// for fusion: the next fusion shows it in the audit log and marks the
+// request it answers as asked. The error wraps store.ErrNotFound when no
+// job has that incident.
+func (x *Incidents) Record(a incident.Action) error {
+	x.mu.Lock()
+	e := x.index[a.Incident]
+	x.mu.Unlock()
+	job := ""
+	if e != nil {
+		job = e.job
+	} else {
+		j, _, err := x.st.Incident(a.Incident)
+		if err != nil {
+			return err
+		}
+		job = j
+	}
+	x.record(job, a)
+	return nil
+}
+
+// record adds an action of job's incident a.Incident.
+func (x *Incidents) record(job string, a incident.Action) {
 	if job == "" || a.Incident == "" {
 		return
 	}

@@ -186,7 +186,7 @@ func (x *Incidents) ObserveCapture(c *store.Capture) {
 		a := incident.Action{Incident: c.Signal[len("incident:"):], AtNS: x.now().UnixNano(), Kind: incident.RequestCapture, Ref: c.ID,
 			Result: ResultFailed, Text: "KAIR capture " + c.ID + " " + string(c.State) + " without two traces"}
 		x.m.escalations.WithLabelValues(string(a.Kind), a.Result).Inc()
-		x.Record(c.Job, a)
+		x.record(c.Job, a)
 	}
 }
 

@@ -511,7 +511,7 @@ type fakeCapturer struct {
 	err   error
 }
 
-func (f *fakeCapturer) CreateIncidentCapture(job string, ranks []int, reason, sig string) (*store.Capture, error) {
+func (f *fakeCapturer) CreateIncidentCapture(job string, ranks []int, stepMS float64, reason, sig string) (*store.Capture, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, ranks)
@@ -886,5 +886,28 @@ func TestRecoveringAsksNothing(t *testing.T) {
 	}
 	if len(val.calls)+len(capt.calls) != 0 || len(inc.Audit) != 0 {
 		t.Fatalf("a recovering incident asked: %v %v, audit %+v", val.calls, capt.calls, inc.Audit)
+	}
+}
+
+// Record: an action taken for an incident by another actor is found by
+// its incident's id and shown in the audit log; an unknown incident is
+// an error.
+func TestRecordByIncident(t *testing.T) {
+	st := openStore(t, t.TempDir(), "j")
+	r := newRig(t, st, IncidentsConfig{})
+	r.x.Observe("j", []incident.Evidence{series("j", 0, 1100, slowBetween(1000, 9999, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150)})
+	r.sync(atStep(1100))
+	id := r.list(t, "j")[0].ID
+	a := incident.Action{Incident: id, AtNS: atStep(1100), Kind: "mitigation_restart", Result: ResultDone, Text: "restarted rank 3"}
+	if err := r.x.Record(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.x.Record(incident.Action{Incident: "inc-nope", Kind: "mitigation_restart"}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Record for an unknown incident: %v", err)
+	}
+	r.sync(atStep(1101))
+	inc := check(r.x.Get(id))(t)
+	if len(inc.Audit) != 1 || inc.Audit[0].Text != "restarted rank 3" {
+		t.Fatalf("audit %+v", inc.Audit)
 	}
 }

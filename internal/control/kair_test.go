@@ -104,17 +104,22 @@ func TestKairHintsFromFrontier(t *testing.T) {
 func TestKairIncidentCapture(t *testing.T) {
 	e := newKairTest(t, 64, KairConfig{Steps: 3})
 	var _ Capturer = e.k
-	c, err := e.k.CreateIncidentCapture("j", []int{41, 7}, "incident inc-1: rank 41 is slowing the job", "incident:inc-1")
+	c, err := e.k.CreateIncidentCapture("j", []int{41, 7}, 100, "incident inc-1: rank 41 is slowing the job", "incident:inc-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Trigger != TriggerIncident || c.Signal != "incident:inc-1" || c.Steps != 3 || !slices.Contains(c.Ranks, 41) || !slices.Contains(c.Ranks, 7) || len(c.Ranks) != 16 {
 		t.Fatalf("incident capture %+v", c)
 	}
+	// The incident's step time (100 ms) sets how long the capture waits:
+	// 3 steps plus 5 min of slack (15 min without a step time).
+	if want := e.now.UnixNano() + 3*int64(100e6) + 300e9; c.DeadlineNS != want {
+		t.Fatalf("deadline %d, want %d (the incident's step time not taken)", c.DeadlineNS, want)
+	}
 	if got := testutil.ToFloat64(e.k.captures.WithLabelValues(TriggerIncident, "pending")); got != 1 {
 		t.Fatalf("captures_total{incident,pending} = %v", got)
 	}
-	if _, err := e.k.CreateIncidentCapture("j", []int{3}, "again", "incident:inc-2"); !errors.Is(err, ErrCaptureOpen) {
+	if _, err := e.k.CreateIncidentCapture("j", []int{3}, 100, "again", "incident:inc-2"); !errors.Is(err, ErrCaptureOpen) {
 		t.Fatalf("second capture while one is open: %v", err)
 	}
 	stored, err := e.st.Capture("j", c.ID)
