@@ -513,11 +513,25 @@ func (d *incDoc) windows() string {
 
 func (d *incDoc) spanText(s incident.Span) string {
 	var parts []string
-	if s.ToStep > s.FromStep || (s.FromStep > 0 && s.ToStep == s.FromStep) {
+	switch {
+	case s.ToStep > s.FromStep:
 		parts = append(parts, "steps "+thousands(s.FromStep)+"–"+thousands(s.ToStep))
+	case s.FromStep > 0 && s.ToStep == s.FromStep:
+		parts = append(parts, "step "+thousands(s.FromStep))
 	}
 	if s.FromNS > 0 && s.ToNS >= s.FromNS {
-		parts = append(parts, d.clockShort(s.FromNS)+"–"+d.clockShort(s.ToNS))
+		f, t := time.Unix(0, s.FromNS).UTC(), time.Unix(0, s.ToNS).UTC()
+		// The date once, and only when it is not the reader's day.
+		switch {
+		case s.ToNS == s.FromNS:
+			parts = append(parts, d.clock(s.FromNS))
+		case !d.o.Now.IsZero() && sameDay(f, d.o.Now.UTC()) && sameDay(t, f):
+			parts = append(parts, f.Format("15:04:05")+"–"+t.Format("15:04:05"))
+		case sameDay(t, f):
+			parts = append(parts, f.Format("2006-01-02")+nbsp+f.Format("15:04:05")+"–"+t.Format("15:04:05"))
+		default:
+			parts = append(parts, f.Format("2006-01-02")+nbsp+f.Format("15:04:05")+"–"+t.Format("2006-01-02")+nbsp+t.Format("15:04:05"))
+		}
 	}
 	return strings.Join(parts, ", ")
 }
@@ -534,7 +548,7 @@ func (d *incDoc) link(v string) string {
 // confidence, reason code and view.
 func (d *incDoc) evidence() {
 	evs := d.inc.Evidence
-	d.p.f("\nevidence (%d, oldest first):\n", len(evs))
+	d.p.f("\nevidence (%d, in time order):\n", len(evs))
 	for _, e := range evs {
 		head := fmt.Sprintf("%s  %s  %s · %s", d.clock(e.AtNS), orText(e.ID, "(no id)"), orText(string(e.Kind), "?"), orText(string(e.Signal), "?"))
 		if e.Confidence != "" {
@@ -615,7 +629,7 @@ func (d *incDoc) glossary() {
 	add := func(term, text string) { lines = append(lines, term+": "+text) }
 	add("change point", "a verified shift in the level of the step time (an onset when it rises, a relief when it falls back); the incident opens on the first onset any engine verifies")
 	add("lost time", "the sum over slow steps of (step time − healthy step time); rank-time multiplies it by the ranks that waited")
-	add("hold-down", "how long the step time must stay within 10% of healthy before an incident resolves; a new onset inside it re-opens the incident")
+	add("hold-down", "how long the step time must stay near healthy (within 10% by default) before an incident resolves; a new onset inside it re-opens the incident")
 	if has("stagefrontier.") {
 		add("frontier (StageFrontier)", "at each stage boundary of a step, the latest rank to get there; a stage's advance of the frontier is the time the whole job spent in it, and the rank that sets the frontier is the one the others wait for")
 	}
@@ -802,14 +816,6 @@ func (d *incDoc) clock(ns int64) string {
 		return t.Format("15:04:05") + nbsp + "UTC"
 	}
 	return t.Format("2006-01-02") + nbsp + t.Format("15:04:05") + nbsp + "UTC"
-}
-
-func (d *incDoc) clockShort(ns int64) string {
-	t := time.Unix(0, ns).UTC()
-	if !d.o.Now.IsZero() && sameDay(t, d.o.Now.UTC()) {
-		return t.Format("15:04:05")
-	}
-	return t.Format("01-02 15:04:05")
 }
 
 func (d *incDoc) ago(ns int64) string {
