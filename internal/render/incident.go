@@ -282,6 +282,12 @@ func words(s string) []string {
 	return strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' })
 }
 
+// Para is s for people at indent n, wrapped to 100 columns (the
+// continuation lines 2 deeper), as the incident text wraps.
+func Para(n int, s string) string {
+	return para(n, s, strings.Repeat(" ", n+2))
+}
+
 // wrapTail is text at column col with tag after it, unbroken: on the
 // last line when it fits there, else on a line of its own.
 func wrapTail(text, tag string, col int, indent string) string {
