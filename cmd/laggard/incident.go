@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/laggard-dev/laggard/internal/incident"
@@ -24,8 +25,8 @@ func runIncidents(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cf := addClientFlags(fs, "read")
 	asJSON := fs.Bool("json", false, "print the API's answer (GET "+incidentsPath+") as JSON")
 	state := fs.String("state", "", "only incidents in this state: open, recovering or resolved")
-	since := fs.String("since", "", "only incidents active in this last span (24h, 90m) or since a time (RFC 3339 or Unix ns)")
-	limit := fs.Int("limit", 0, "at most this many incidents, newest first (default: the server's)")
+	since := fs.String("since", "", "only incidents active in this last span (90m, 24h, 7d) or since a time (RFC 3339 or Unix ns)")
+	limit := fs.Int("limit", 0, "at most this many incidents, newest first, 1..1000 (default: the server's, 100)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -53,7 +54,7 @@ func runIncidents(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		q.Set("since", strconv.FormatInt(ns, 10))
 	}
 	if *limit != 0 {
-		if err := checkRange("limit", *limit, 1, 100_000); err != nil {
+		if err := checkRange("limit", *limit, 1, 1000); err != nil {
 			return err
 		}
 		q.Set("limit", strconv.Itoa(*limit))
@@ -68,13 +69,14 @@ func runIncidents(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	raw, _, err := c.do(ctx, http.MethodGet, path, "", nil)
 	if err != nil {
-		return incidentError(err, "")
+		return incidentError(err, "", q.Get("job"))
 	}
 	if *asJSON {
 		return writeIndented(stdout, raw)
 	}
 	var list struct {
 		Incidents []incident.Incident `json:"incidents"`
+		Truncated bool                `json:"truncated"`
 	}
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return fmt.Errorf("decoding the incidents: %w", err)
@@ -88,7 +90,13 @@ func runIncidents(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		_, err := fmt.Fprintln(stdout, noIncidents(q))
 		return err
 	}
-	return render.Incidents(stdout, list.Incidents, render.IncidentOptions{Now: time.Now()})
+	if err := render.Incidents(stdout, list.Incidents, render.IncidentOptions{Now: time.Now()}); err != nil {
+		return err
+	}
+	if list.Truncated {
+		fmt.Fprintf(stderr, "laggard incidents: more incidents match than the %d shown; narrow with JOB, -state or -since, or raise -limit\n", len(list.Incidents))
+	}
+	return nil
 }
 
 // runIncident prints one incident as a diagnosis.
@@ -111,7 +119,7 @@ func runIncident(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	raw, _, err := c.do(ctx, http.MethodGet, incidentsPath+"/"+url.PathEscape(id), "", nil)
 	if err != nil {
-		return incidentError(err, id)
+		return incidentError(err, id, "")
 	}
 	if *asJSON {
 		return writeIndented(stdout, raw)
@@ -126,20 +134,30 @@ func runIncident(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return render.Incident(stdout, &inc, render.IncidentOptions{Now: time.Now(), Verbose: *verbose, Server: c.base})
 }
 
-// incidentError says what the incident routes' refusals mean.
-func incidentError(err error, id string) error {
+// incidentError says what the incident routes' refusals mean: for one
+// incident (id) or a job's list (job).
+func incidentError(err error, id, job string) error {
 	var he *httpError
 	if !errors.As(err, &he) {
 		return err
 	}
 	switch he.status {
 	case http.StatusNotFound:
-		if id != "" {
+		switch {
+		case strings.Contains(he.msg, "404 page not found"): // no such route
+			return fmt.Errorf("this server has no incidents API (it runs a laggard older than incidents): %w", err)
+		case id != "":
 			return fmt.Errorf("no incident %s (laggard incidents lists them)", id)
+		case job != "":
+			return fmt.Errorf("no job %s on this server: %w", job, err)
 		}
-		return fmt.Errorf("this server has no incidents API (it runs a laggard older than incidents): %w", err)
 	case http.StatusServiceUnavailable:
-		return fmt.Errorf("the incident layer is off on this server: %w", err)
+		// The plain words first, the request after them.
+		const off = "the incident layer is off on this server"
+		if m, ok := strings.CutSuffix(he.msg, ": "+off); ok {
+			return fmt.Errorf("%s (%s)", off, m)
+		}
+		return fmt.Errorf("%s: %w", off, err)
 	}
 	return err
 }
@@ -156,7 +174,11 @@ func checkSchema(inc *incident.Incident) error {
 // sinceNS reads -since: a span back from now (24h), or a time (RFC 3339
 // or Unix ns).
 func sinceNS(v string, now time.Time) (int64, error) {
-	if d, err := time.ParseDuration(v); err == nil {
+	d, err := time.ParseDuration(v)
+	if n, nerr := strconv.Atoi(strings.TrimSuffix(v, "d")); err != nil && nerr == nil && strings.HasSuffix(v, "d") {
+		d, err = time.Duration(n)*24*time.Hour, nil
+	}
+	if err == nil {
 		if d <= 0 {
 			return 0, fmt.Errorf("-since %q: want a positive span", v)
 		}
@@ -164,7 +186,7 @@ func sinceNS(v string, now time.Time) (int64, error) {
 	}
 	ns, err := parseTimeFlag("since", v)
 	if err != nil {
-		return 0, fmt.Errorf("-since %q: want a span back from now (24h, 90m), an RFC 3339 time or Unix nanoseconds", v)
+		return 0, fmt.Errorf("-since %q: want a span back from now (90m, 24h, 7d), an RFC 3339 time or Unix nanoseconds", v)
 	}
 	return ns, nil
 }

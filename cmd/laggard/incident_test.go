@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,7 +76,7 @@ func newIncidentServer(t *testing.T, token string) *incidentServer {
 			return false
 		}
 		if s.mode == "off" {
-			fail(w, http.StatusServiceUnavailable, "incidents are disabled (serve -incidents=false)")
+			fail(w, http.StatusServiceUnavailable, "the incident layer is off on this server")
 			return false
 		}
 		return true
@@ -87,6 +88,10 @@ func newIncidentServer(t *testing.T, token string) *incidentServer {
 		}
 		q := r.URL.Query()
 		s.query = q
+		if j := q.Get("job"); j != "" && !slices.ContainsFunc(all, func(inc incident.Incident) bool { return inc.Job == j }) {
+			fail(w, http.StatusNotFound, "unknown job "+strconv.Quote(j))
+			return
+		}
 		var since int64
 		if v := q.Get("since"); v != "" {
 			var err error
@@ -102,7 +107,11 @@ func newIncidentServer(t *testing.T, token string) *incidentServer {
 				out = append(out, inc)
 			}
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"incidents": out})
+		trunc := false
+		if l, _ := strconv.Atoi(q.Get("limit")); l > 0 && len(out) > l {
+			out, trunc = out[:l], true
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"incidents": out, "truncated": trunc, "evidence": false})
 	})
 	mux.HandleFunc("GET /api/v1/incidents/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if !gate(w, r) {
@@ -149,6 +158,17 @@ func TestIncidentsCLITable(t *testing.T) {
 	code, out, _ = runCLI(t, "incidents", "-server", srv.URL, "-state", "resolved", "gpt-ft-7b")
 	if code != 0 || strings.TrimSpace(out) != "no resolved incidents of job gpt-ft-7b" {
 		t.Errorf("empty: exit %d %q", code, out)
+	}
+	code, _, errs = runCLI(t, "incidents", "-server", srv.URL, "-limit", "2")
+	if code != 0 || !strings.Contains(errs, "more incidents match than the 2 shown") {
+		t.Errorf("truncated: exit %d %q", code, errs)
+	}
+	before = time.Now()
+	if code, _, errs = runCLI(t, "incidents", "-server", srv.URL, "-since", "7d"); code != 0 {
+		t.Fatalf("-since 7d: %s", errs)
+	}
+	if since, _ := strconv.ParseInt(srv.query.Get("since"), 10, 64); since < before.Add(-7*24*time.Hour).UnixNano() || since > time.Now().Add(-7*24*time.Hour).UnixNano() {
+		t.Errorf("-since 7d: %v", srv.query)
 	}
 	code, _, _ = runCLI(t, "incidents", "-server", srv.URL, "-since", "2026-03-10T14:15:00Z")
 	if code != 0 || srv.query.Get("since") != strconv.FormatInt(time.Date(2026, 3, 10, 14, 15, 0, 0, time.UTC).UnixNano(), 10) {
@@ -213,6 +233,7 @@ func TestIncidentCLIErrors(t *testing.T) {
 	locked := newIncidentServer(t, "s3cret")
 	off := newIncidentServer(t, "")
 	off.mode = "off"
+	bare := httptest.NewServer(http.NotFoundHandler()) // a laggard from before incidents
 	tf := filepath.Join(t.TempDir(), "tok")
 	if err := os.WriteFile(tf, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -223,7 +244,7 @@ func TestIncidentCLIErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"incident", "-server", srv.URL, "inc-nope"}, 1, "laggard incident: no incident inc-nope (laggard incidents lists them)"},
-		{[]string{"incident", "-server", off.URL, "inc-7d1c0a"}, 1, "the incident layer is off on this server"},
+		{[]string{"incident", "-server", off.URL, "inc-7d1c0a"}, 1, "laggard incident: the incident layer is off on this server (GET /api/v1/incidents/inc-7d1c0a: 503 Service Unavailable)"},
 		{[]string{"incidents", "-server", off.URL}, 1, "the incident layer is off on this server"},
 		{[]string{"incidents", "-server", "http://127.0.0.1:1"}, 1, "cannot reach the laggard server at http://127.0.0.1:1"},
 		{[]string{"incident", "-server", "http://127.0.0.1:1", "x"}, 1, "is laggard serve running there?"},
@@ -233,6 +254,9 @@ func TestIncidentCLIErrors(t *testing.T) {
 		{[]string{"incidents", "-since", "-3h"}, 1, "-since"},
 		{[]string{"incidents", "-since", "yesterday"}, 1, "want a span back from now"},
 		{[]string{"incidents", "-limit", "-1"}, 1, "-limit must be in"},
+		{[]string{"incidents", "-limit", "1001"}, 1, "-limit must be in [1, 1000]"},
+		{[]string{"incidents", "-server", srv.URL, "no-such-job"}, 1, "no job no-such-job on this server"},
+		{[]string{"incidents", "-server", bare.URL}, 1, "this server has no incidents API"},
 		{[]string{"incidents", "a", "b"}, 2, "Usage: laggard incidents"},
 		{[]string{"incident"}, 2, "Usage: laggard incident"},
 	} {

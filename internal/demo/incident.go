@@ -346,8 +346,12 @@ func FetchIncidents(ctx context.Context, base, job string) ([]incident.Incident,
 		Incidents []incident.Incident `json:"incidents"`
 	}](ctx, base+"/api/v1/incidents?job="+url.QueryEscape(job), "the incidents")
 	var se *StatusError
-	if errors.As(err, &se) && (se.Code == http.StatusServiceUnavailable || se.Code == http.StatusNotFound) {
-		return nil, fmt.Errorf("%w: %v", ErrIncidentsOff, err)
+	if errors.As(err, &se) && se.Code == http.StatusServiceUnavailable {
+		return nil, fmt.Errorf("%w (GET /api/v1/incidents answered %d)", ErrIncidentsOff, se.Code)
+	}
+	if errors.As(err, &se) && se.Code == http.StatusNotFound {
+		// The demo's job exists: no such route.
+		return nil, fmt.Errorf("%w (GET /api/v1/incidents answered %d: this laggard has no incidents API)", ErrIncidentsOff, se.Code)
 	}
 	if err != nil {
 		return nil, err
