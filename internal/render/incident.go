@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -117,8 +116,8 @@ func (d *incDoc) headline() string {
 	} else {
 		s = "No cause stated yet."
 	}
-	if inc.HealthyMS > 0 && inc.SlowMS > 0 {
-		s = fmt.Sprintf("The step time rose from %s to %s (%s). %s", msText(inc.HealthyMS), msText(inc.SlowMS), pctText(inc.SlowMS/inc.HealthyMS-1), s)
+	if healthy, slow := d.stepTimes(); healthy > 0 && slow > 0 {
+		s = fmt.Sprintf("The step time rose from %s to %s (%s). %s", msText(healthy), msText(slow), pctText(slow/healthy-1), s)
 	}
 	return s
 }
@@ -128,12 +127,12 @@ func (d *incDoc) summary() {
 	inc := d.inc
 	d.p.f("\n")
 	// What slowed, and since when.
-	slowed := "the step time"
-	switch {
-	case inc.HealthyMS > 0 && inc.SlowMS > 0:
-		slowed = fmt.Sprintf("step time %s → %s per step (%s)", msText(inc.HealthyMS), msText(inc.SlowMS), pctText(inc.SlowMS/inc.HealthyMS-1))
-	case inc.SlowMS > 0:
-		slowed = fmt.Sprintf("step time %s per step (no healthy step time before it)", msText(inc.SlowMS))
+	slowed := "the step time (by how much is not measured yet)"
+	switch healthy, slow := d.stepTimes(); {
+	case healthy > 0 && slow > 0:
+		slowed = fmt.Sprintf("step time %s → %s per step (%s)", msText(healthy), msText(slow), pctText(slow/healthy-1))
+	case slow > 0:
+		slowed = fmt.Sprintf("step time %s per step (no healthy step time before it)", msText(slow))
 	}
 	d.row("what slowed", slowed)
 	since := d.point(inc.Opened, true)
@@ -152,7 +151,9 @@ func (d *incDoc) summary() {
 		}
 		d.row("now", back+"; it resolves if that holds, and a relapse re-opens this incident")
 	case incident.StateResolved:
-		if r := inc.Resolved; r != nil {
+		if r := inc.Resolved; r != nil && inc.ResolvedBy == incident.ResolvedStopped {
+			d.row("ended", "the job stopped reporting "+d.point(*r, false)+" while still slow; the incident closed with it")
+		} else if r != nil {
 			line := d.point(*r, false)
 			if r.WallNS > inc.Opened.WallNS && inc.Opened.WallNS > 0 {
 				line += ", after " + durText(float64(r.WallNS-inc.Opened.WallNS)/1e9)
@@ -246,52 +247,6 @@ func (d *incDoc) chain(h *incident.Hypothesis, n int) {
 		}
 		d.p.f("%s%-11s %s\n", strings.Repeat(" ", n), layerWords(l.Layer), wrapTail(text, tag, col, strings.Repeat(" ", col)))
 	}
-}
-
-// fill breaks words into lines of at most incWidth columns; the first
-// line starts at column col (after what is already printed), the others
-// after indent. A word longer than a line (a URL) is never broken.
-func fill(words []string, col int, indent string) string {
-	var b strings.Builder
-	line := col
-	for i, w := range words {
-		n := len([]rune(w))
-		if i > 0 {
-			if line+1+n > incWidth {
-				b.WriteString("\n" + indent)
-				line = len(indent)
-			} else {
-				b.WriteByte(' ')
-				line++
-			}
-		}
-		b.WriteString(w)
-		line += n
-	}
-	return b.String()
-}
-
-// para is s at indent n, wrapped to incWidth, continuation lines after
-// cont.
-func para(n int, s, cont string) string {
-	return strings.Repeat(" ", n) + fill(words(s), n, cont)
-}
-
-// words splits s at ASCII white space (a no-break space holds).
-func words(s string) []string {
-	return strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' })
-}
-
-// Para is s for people at indent n, wrapped to 100 columns (the
-// continuation lines 2 deeper), as the incident text wraps.
-func Para(n int, s string) string {
-	return para(n, s, strings.Repeat(" ", n+2))
-}
-
-// wrapTail is text at column col with tag after it, unbroken: on the
-// last line when it fits there, else on a line of its own.
-func wrapTail(text, tag string, col int, indent string) string {
-	return fill(append(words(text), strings.ReplaceAll(tag, " ", nbsp)), col, indent)
 }
 
 // idsText names the evidence a chain link rests on (all with -v).
@@ -660,87 +615,6 @@ func (d *incDoc) glossary() {
 	}
 }
 
-// Incidents writes the incidents table: id, job, state, since (relative
-// and absolute), cause in words, lost time and confidence. The cause is
-// the last column; when it does not fit 100 columns it goes on a line of
-// its own under each row.
-func Incidents(w io.Writer, incs []incident.Incident, o IncidentOptions) error {
-	p := &printer{w: w}
-	if len(incs) == 0 {
-		p.f("no incidents\n")
-		return p.err
-	}
-	rows := [][]string{{"ID", "JOB", "STATE", "SINCE (UTC)", "LOST", "CONFIDENCE"}}
-	causes := []string{"CAUSE"}
-	for i := range incs {
-		inc := &incs[i]
-		since := "—"
-		if inc.Opened.WallNS > 0 {
-			since = tableTime(inc.Opened.WallNS, o.Now)
-		}
-		rows = append(rows, []string{inc.ID, inc.Job, orText(string(inc.State), "—"), since, lostShort(inc.Lost, incRanks(inc)), orText(string(inc.Confidence), "—")})
-		causes = append(causes, causeShort(inc))
-	}
-	widths := make([]int, len(rows[0]))
-	for _, r := range rows {
-		for j, c := range r {
-			widths[j] = max(widths[j], len([]rune(c)))
-		}
-	}
-	fixed := 0
-	for _, w := range widths {
-		fixed += w + 2
-	}
-	longest := 0
-	for _, c := range causes {
-		longest = max(longest, len([]rune(c)))
-	}
-	inline := fixed+longest <= incWidth
-	for i, r := range rows {
-		var b strings.Builder
-		for j, c := range r {
-			b.WriteString(c)
-			if j < len(r)-1 || inline {
-				b.WriteString(strings.Repeat(" ", widths[j]-len([]rune(c))+2))
-			}
-		}
-		switch {
-		case inline:
-			b.WriteString(causes[i])
-		case i > 0:
-			b.WriteString("\n" + para(2, "cause: "+causes[i], "         "))
-		}
-		p.f("%s\n", strings.TrimRight(b.String(), " "))
-	}
-	return p.err
-}
-
-// causeShort is the stated cause in a few words, or why there is none.
-func causeShort(inc *incident.Incident) string {
-	if stated := statedHyps(inc); len(stated) > 0 {
-		var parts []string
-		for _, h := range stated {
-			parts = append(parts, targetWords(h.Target)+knownCategory(h.Category, ": ", ""))
-		}
-		return strings.Join(parts, "; ")
-	}
-	switch n := len(inc.Hypotheses); n {
-	case 0:
-		return "not stated yet"
-	case 1:
-		return "not stated (1 candidate: " + targetShort(inc.Hypotheses[0].Target) + ")"
-	default:
-		var ts []string
-		for i := range inc.Hypotheses[:min(n, 3)] {
-			ts = append(ts, targetShort(inc.Hypotheses[i].Target))
-		}
-		if n > 3 {
-			ts = append(ts, "…")
-		}
-		return fmt.Sprintf("not stated (%d competing: %s)", n, strings.Join(ts, ", "))
-	}
-}
-
 // statedHyps are the hypotheses stated as the cause: marked Stated, or
 // named by the incident's Cause keys.
 func statedHyps(inc *incident.Incident) []*incident.Hypothesis {
@@ -769,6 +643,18 @@ func incRanks(inc *incident.Incident) int {
 		}
 	}
 	return n
+}
+
+// stepTimes are the healthy and slow step times: the fusion's, else the
+// onset evidence's level change.
+func (d *incDoc) stepTimes() (healthy, slow float64) {
+	healthy, slow = d.inc.HealthyMS, d.inc.SlowMS
+	for _, id := range d.inc.Onset {
+		if e := d.ev[id]; e != nil && e.BeforeMS > 0 && e.AfterMS > 0 && (healthy <= 0 || slow <= 0) {
+			healthy, slow = e.BeforeMS, e.AfterMS
+		}
+	}
+	return healthy, slow
 }
 
 // reliefMS is the step time after the relief, from the relief evidence.
@@ -829,155 +715,6 @@ func (d *incDoc) ago(ns int64) string {
 		return ""
 	}
 	return agoText(d.o.Now.Sub(time.Unix(0, ns)))
-}
-
-func sameDay(a, b time.Time) bool {
-	return a.Year() == b.Year() && a.YearDay() == b.YearDay()
-}
-
-// tableTime is "18 min ago (14:01 UTC)" — the date instead of the time
-// of day once it is another day.
-func tableTime(ns int64, now time.Time) string {
-	t := time.Unix(0, ns).UTC()
-	if now.IsZero() {
-		return t.Format("2006-01-02 15:04") + " UTC"
-	}
-	abs := t.Format("15:04")
-	if !sameDay(t, now.UTC()) {
-		abs = t.Format("01-02 15:04")
-	}
-	return agoText(now.Sub(t)) + " (" + abs + ")"
-}
-
-func agoText(d time.Duration) string {
-	s := d.Seconds()
-	switch {
-	case s < 0:
-		return "in the future (clock skew)"
-	case s < 5:
-		return "just now"
-	case s < 60:
-		return fmt.Sprintf("%d s ago", int(s))
-	case s < 3600:
-		return fmt.Sprintf("%d min ago", int(s/60))
-	case s < 86400:
-		h := int(s / 3600)
-		if m := int(s/60) % 60; m > 0 && h < 10 {
-			return fmt.Sprintf("%d h %d min ago", h, m)
-		}
-		return fmt.Sprintf("%d h ago", h)
-	}
-	return fmt.Sprintf("%d d ago", int(s/86400))
-}
-
-// durText is a duration for people: "0.4 s", "42 s", "4 min 12 s",
-// "1 h 3 min", "2 d 4 h".
-func durText(s float64) string {
-	switch {
-	case math.IsNaN(s) || math.IsInf(s, 0) || s < 0:
-		return "—"
-	case s < 10:
-		return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + " s"
-	}
-	n := int64(math.Round(s))
-	switch {
-	case n < 60:
-		return fmt.Sprintf("%d s", n)
-	case n < 3600:
-		if n%60 == 0 {
-			return fmt.Sprintf("%d min", n/60)
-		}
-		return fmt.Sprintf("%d min %d s", n/60, n%60)
-	case n < 86400:
-		if m := (n / 60) % 60; m > 0 {
-			return fmt.Sprintf("%d h %d min", n/3600, m)
-		}
-		return fmt.Sprintf("%d h", n/3600)
-	}
-	if h := (n / 3600) % 24; h > 0 {
-		return fmt.Sprintf("%d d %d h", n/86400, h)
-	}
-	return fmt.Sprintf("%d d", n/86400)
-}
-
-// rankTimeText is rank-seconds in the unit that reads best.
-func rankTimeText(rs float64) string {
-	switch {
-	case math.IsNaN(rs) || math.IsInf(rs, 0) || rs < 0:
-		return "—"
-	case rs < 120:
-		return strconv.FormatFloat(math.Round(rs), 'f', 0, 64) + " rank-s"
-	case rs < 7200:
-		return strconv.FormatFloat(rs/60, 'f', 1, 64) + " rank-min"
-	}
-	return strconv.FormatFloat(rs/3600, 'f', 1, 64) + " rank-h"
-}
-
-// lostText is "4 min 12 s of the job, 33.6 rank-min, over 2,066 slow
-// steps (8 ranks)".
-func lostText(l incident.Lost, ranks int) string {
-	if l.Seconds <= 0 && l.Steps == 0 {
-		return "nothing measurable yet"
-	}
-	s := durText(l.Seconds) + " of the job"
-	if l.RankSeconds > 0 {
-		s += ", " + rankTimeText(l.RankSeconds)
-	}
-	if l.Steps > 0 {
-		s += ", over " + thousands(l.Steps) + " slow steps"
-	}
-	if ranks > 0 {
-		s += fmt.Sprintf(" (%d ranks)", ranks)
-	}
-	if l.Partial {
-		s = "at least " + s + " — the step samples do not cover the whole incident"
-	}
-	return s
-}
-
-func lostShort(l incident.Lost, _ int) string {
-	if l.Seconds <= 0 {
-		return "—"
-	}
-	s := durText(l.Seconds)
-	if l.RankSeconds > 0 {
-		s += ", " + rankTimeText(l.RankSeconds)
-	}
-	if l.Partial {
-		s = "≥ " + s
-	}
-	return s
-}
-
-// msText is a step time: 412 ms, 48.3 ms, 3.25 ms, 1.84 s.
-func msText(ms float64) string {
-	switch a := math.Abs(ms); {
-	case math.IsNaN(ms) || math.IsInf(ms, 0):
-		return "—"
-	case a >= 10000:
-		return strconv.FormatFloat(ms/1000, 'f', 1, 64) + " s"
-	case a >= 1000:
-		return strconv.FormatFloat(ms/1000, 'f', 2, 64) + " s"
-	case a >= 100:
-		return strconv.FormatFloat(ms, 'f', 0, 64) + " ms"
-	case a >= 10:
-		return strconv.FormatFloat(ms, 'f', 1, 64) + " ms"
-	}
-	return strconv.FormatFloat(ms, 'f', 2, 64) + " ms"
-}
-
-func pctText(rel float64) string {
-	if math.IsNaN(rel) || math.IsInf(rel, 0) {
-		return "—"
-	}
-	return fmt.Sprintf("%+.0f%%", 100*rel)
-}
-
-func times(n int) string {
-	if n == 1 {
-		return "once"
-	}
-	return fmt.Sprintf("%d times", n)
 }
 
 // scopeLines is where the incident is, a line per kind of place.
@@ -1049,59 +786,6 @@ func scopeLines(inc *incident.Incident) []string {
 	return lines
 }
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
-// targetWords names a target for people.
-func targetWords(t incident.Target) string {
-	switch t.Kind {
-	case incident.TargetRank:
-		if t.Host != "" {
-			return fmt.Sprintf("rank %d on %s", t.Rank, t.Host)
-		}
-		return fmt.Sprintf("rank %d", t.Rank)
-	case incident.TargetLink:
-		return fmt.Sprintf("the link rank %d → rank %d", t.Src, t.Dst)
-	case incident.TargetHost:
-		return "host " + t.Name
-	case incident.TargetGroup:
-		return "group " + t.Name
-	case incident.TargetOperator:
-		if t.Rank < 0 {
-			return "operator " + t.Name + " on every rank"
-		}
-		return fmt.Sprintf("operator %s on rank %d", t.Name, t.Rank)
-	case incident.TargetJob:
-		return "every rank alike"
-	}
-	return strings.TrimSpace(string(t.Kind) + " " + t.Name)
-}
-
-// targetShort is a target in a table cell.
-func targetShort(t incident.Target) string {
-	switch t.Kind {
-	case incident.TargetRank:
-		return fmt.Sprintf("rank %d", t.Rank)
-	case incident.TargetLink:
-		return fmt.Sprintf("link %d→%d", t.Src, t.Dst)
-	case incident.TargetOperator:
-		return "op " + clipText(t.Name, 24)
-	}
-	return targetWords(t)
-}
-
-func targetsWords(ts []incident.Target) string {
-	parts := make([]string, len(ts))
-	for i, t := range ts {
-		parts[i] = targetShort(t)
-	}
-	return strings.Join(parts, ", ")
-}
-
 // keyWords names a hypothesis target key ("rank:3") in words.
 func keyWords(inc *incident.Incident, key string) string {
 	for _, h := range inc.Hypotheses {
@@ -1110,143 +794,4 @@ func keyWords(inc *incident.Incident, key string) string {
 		}
 	}
 	return "for " + key
-}
-
-func relTarget(key string) string {
-	if k, v, ok := strings.Cut(key, ":"); ok {
-		return k + " " + v
-	}
-	return key
-}
-
-func categoryWords(c incident.Category) string {
-	switch c {
-	case incident.CategoryCompute:
-		return "compute"
-	case incident.CategoryCommunication:
-		return "communication"
-	case incident.CategoryData:
-		return "data loading"
-	case incident.CategoryOS:
-		return "OS interference"
-	case incident.CategoryNetwork:
-		return "network"
-	case incident.CategoryUniform:
-		return "uniform slowdown"
-	case incident.CategoryUnknown, "":
-		return "kind not known"
-	}
-	return string(c)
-}
-
-// knownCategory is the category in words between pre and post, or
-// nothing when it is not known.
-func knownCategory(c incident.Category, pre, post string) string {
-	if c == "" || c == incident.CategoryUnknown {
-		return ""
-	}
-	return pre + categoryWords(c) + post
-}
-
-func layerWords(l incident.Layer) string {
-	switch l {
-	case incident.LayerStage:
-		return "step stage"
-	case incident.LayerGPU:
-		return "GPU"
-	case incident.LayerCPU:
-		return "CPU"
-	case incident.LayerOS:
-		return "OS"
-	case "":
-		return "—"
-	}
-	return string(l)
-}
-
-func engineName(e incident.Engine) string {
-	switch e {
-	case incident.EngineStageFrontier:
-		return "StageFrontier"
-	case incident.EngineGreyhound:
-		return "Greyhound"
-	case incident.EngineSysom:
-		return "SysOM-AI"
-	case incident.EngineKair:
-		return "KAIR"
-	case "":
-		return "?"
-	}
-	return string(e)
-}
-
-// confWords is a confidence with its reason.
-func confWords(c incident.Confidence, reason string) string {
-	s := orText(string(c), "unknown") + " confidence"
-	if c == incident.ConfidenceWithheld {
-		s = "withheld"
-	}
-	if r := strings.TrimSpace(reason); r != "" {
-		s += ": " + r
-	}
-	return s
-}
-
-func supportText(h *incident.Hypothesis) string {
-	if len(h.Engines) == 0 {
-		return "no engine supports it"
-	}
-	names := make([]string, len(h.Engines))
-	for i, e := range h.Engines {
-		names[i] = engineName(e)
-	}
-	return "supported by " + strings.Join(names, ", ")
-}
-
-func requestWords(k incident.RequestKind) string {
-	switch k {
-	case incident.RequestValidation:
-		return "a Greyhound validation (compute per rank and transfers per link benchmarked at a step boundary)"
-	case incident.RequestCapture:
-		return "a KAIR operator capture (a few steps of torch.profiler)"
-	case incident.RequestProfile:
-		return "a SysOM-AI CPU profile window"
-	}
-	return string(k)
-}
-
-func requestShort(k incident.RequestKind) string {
-	switch k {
-	case incident.RequestValidation:
-		return "validation"
-	case incident.RequestCapture:
-		return "operator capture"
-	case incident.RequestProfile:
-		return "CPU profile"
-	}
-	return orText(string(k), "action")
-}
-
-// rankList is "rank 3", "ranks 1, 5", "ranks 0–7".
-func rankList(rs []int) string {
-	rs = sortedInts(rs)
-	if len(rs) == 1 {
-		return fmt.Sprintf("rank %d", rs[0])
-	}
-	if len(rs) > 2 && rs[len(rs)-1]-rs[0] == len(rs)-1 {
-		return fmt.Sprintf("ranks %d–%d", rs[0], rs[len(rs)-1])
-	}
-	parts := make([]string, 0, len(rs))
-	for i, r := range rs {
-		if i == 8 {
-			parts = append(parts, fmt.Sprintf("… %d more", len(rs)-8))
-			break
-		}
-		parts = append(parts, strconv.Itoa(r))
-	}
-	return "ranks " + strings.Join(parts, ", ")
-}
-
-func sortedInts(xs []int) []int {
-	return slices.Compact(slices.Sorted(slices.Values(xs)))
 }

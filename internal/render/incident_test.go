@@ -294,6 +294,30 @@ func TestIncidentHeadlineFallback(t *testing.T) {
 	}
 }
 
+// What the fusion leaves out is read from the evidence (the step times
+// of the onset); a job that stopped while slow says so; a reason given
+// as a sentence reads inside the parentheses.
+func TestIncidentFallbacksAndStoppedJob(t *testing.T) {
+	inc := fixtureOpen()
+	inc.HealthyMS, inc.SlowMS = 0, 0
+	inc.Hypotheses[0].Reason = "two engines agree."
+	out := oneLine(renderIncident(t, &inc, IncidentOptions{Now: fixtureNow}))
+	for _, w := range []string{"what slowed step time 412 ms → 534 ms per step (+30%)", "why (high confidence: two engines agree):"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("lacks %q:\n%s", w, out)
+		}
+	}
+	inc.Onset = nil
+	if out := oneLine(renderIncident(t, &inc, IncidentOptions{})); !strings.Contains(out, "what slowed the step time (by how much is not measured yet)") {
+		t.Errorf("no step times:\n%s", out)
+	}
+	inc = fixtureOpen()
+	inc.State, inc.ResolvedBy, inc.Resolved = incident.StateResolved, incident.ResolvedStopped, &incident.Point{WallNS: at(14, 19, 58), Step: 3276}
+	if out := oneLine(renderIncident(t, &inc, IncidentOptions{Now: fixtureNow})); !strings.Contains(out, "ended the job stopped reporting step 3,276 at 14:19:58 UTC while still slow; the incident closed with it") {
+		t.Errorf("stopped job:\n%s", out)
+	}
+}
+
 func TestIncidentReportsWriteErrors(t *testing.T) {
 	inc := fixtureOpen()
 	if err := Incident(&failWriter{n: 0}, &inc, IncidentOptions{}); err == nil || !strings.Contains(err.Error(), "disk full") {
