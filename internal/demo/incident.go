@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/laggard-dev/laggard/internal/incident"
+	"github.com/laggard-dev/laggard/internal/render"
 )
 
 // The demo's front page is the incident of its job (issue 17 item 7):
@@ -133,7 +134,7 @@ func gradeOne(f Injected, incs []*incident.Incident, injected map[int]bool) Inci
 		if len(incs) == 0 {
 			g.Kind, g.Line = IncidentQuiet, "✔ quiet: no incident opened, and nothing was injected"
 		} else {
-			g.Kind, g.Line = IncidentFalseAlarm, fmt.Sprintf("✘ false alarm: %s opened though nothing was injected", plural(len(incs), "incident", "incidents")+" "+ids)
+			g.Kind, g.Line = IncidentFalseAlarm, fmt.Sprintf("✘ false alarm: incident(s) %s opened though nothing was injected", ids)
 		}
 		return g
 	}
@@ -161,7 +162,7 @@ func gradeOne(f Injected, incs []*incident.Incident, injected map[int]bool) Inci
 			}
 			st := stated{h, targetRanks(h.Target, inc)}
 			g.Stated = append(g.Stated, h.Target.Key())
-			words = append(words, targetText(h.Target))
+			words = append(words, render.TargetShort(h.Target))
 			g.StatedRanks = append(g.StatedRanks, st.ranks...)
 			switch {
 			case slices.Contains(st.ranks, f.Rank):
@@ -221,10 +222,10 @@ func gradeOne(f Injected, incs []*incident.Incident, injected map[int]bool) Inci
 			g.Line = fmt.Sprintf("✘ wrong: %s, the right rank, as %s (want %s)%s%s", states, g.Category, categoryList(g.Want), conf, truth)
 		case "unstated":
 			g.Kind = IncidentRight
-			g.Line = fmt.Sprintf("✔ right: states %s%s (the kind of cause is not stated)%s%s", targetText(exact[0].Target), conf, alsoText(words, targetText(exact[0].Target)), truth)
+			g.Line = fmt.Sprintf("✔ right: states %s%s (the kind of cause is not stated)%s%s", render.TargetShort(exact[0].Target), conf, alsoText(words, render.TargetShort(exact[0].Target)), truth)
 		default:
 			g.Kind = IncidentRight
-			g.Line = fmt.Sprintf("✔ right: states %s as %s%s%s%s", targetText(exact[0].Target), g.Category, conf, alsoText(words, targetText(exact[0].Target)), truth)
+			g.Line = fmt.Sprintf("✔ right: states %s as %s%s%s%s", render.TargetShort(exact[0].Target), g.Category, conf, alsoText(words, render.TargetShort(exact[0].Target)), truth)
 		}
 	}
 	return g
@@ -278,20 +279,6 @@ func targetRanks(t incident.Target, inc *incident.Incident) []int {
 	return nil
 }
 
-func targetText(t incident.Target) string {
-	switch t.Kind {
-	case incident.TargetRank:
-		return fmt.Sprintf("rank %d", t.Rank)
-	case incident.TargetLink:
-		return fmt.Sprintf("link %d→%d", t.Src, t.Dst)
-	case incident.TargetOperator:
-		return fmt.Sprintf("operator %s on rank %d", t.Name, t.Rank)
-	case incident.TargetJob:
-		return "every rank alike"
-	}
-	return string(t.Kind) + " " + t.Name
-}
-
 // alsoText names the other stated causes (another injected fault's).
 func alsoText(words []string, mine string) string {
 	var others []string
@@ -326,13 +313,6 @@ func categoryList(cs []incident.Category) string {
 		parts[i] = string(c)
 	}
 	return strings.Join(parts, " or ")
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // ErrIncidentsOff is the answer of a server whose incident layer is off

@@ -68,7 +68,7 @@ func TestGradeIncidents(t *testing.T) {
 		{"kind not stated", []Injected{inject("gpt-ft-7b", "backward", 5)}, []incident.Incident{unknownKind}, []string{IncidentRight},
 			[]string{"(the kind of cause is not stated)"}},
 		{"an operator on the rank", []Injected{inject("gpt-ft-7b", "backward", 5)}, []incident.Incident{opJob}, []string{IncidentRight},
-			[]string{"operator aten::mm on rank 5 as compute"}},
+			[]string{"states aten::mm on rank 5 as compute"}},
 		{"a link is not the rank", []Injected{inject("gpt-ft-7b", "backward_comm", 5)}, []incident.Incident{linkOnly}, []string{IncidentWrong},
 			[]string{"link 5→6, not the rank alone"}},
 		{"an extra rank stated", []Injected{inject("gpt-ft-7b", "data", 5)}, []incident.Incident{extra}, []string{IncidentWrong},
@@ -84,7 +84,7 @@ func TestGradeIncidents(t *testing.T) {
 		{"control, quiet", []Injected{{Job: "other-job", Fault: "data", Rank: -1}}, []incident.Incident{open}, []string{IncidentQuiet},
 			[]string{"✔ quiet"}},
 		{"control, false alarm", []Injected{{Job: "gpt-ft-7b", Fault: "data", Rank: -1}}, []incident.Incident{open}, []string{IncidentFalseAlarm},
-			[]string{"✘ false alarm: incident inc-7d1c0a opened"}},
+			[]string{"✘ false alarm: incident(s) inc-7d1c0a opened"}},
 		{"two incidents for one fault", []Injected{inject("gpt-ft-7b", "data", 5)}, []incident.Incident{open, second}, []string{IncidentRight},
 			[]string{"2 incidents opened for it (want 1): inc-7d1c0a, inc-second"}},
 		// Two faults on one job: each is graded on its own stated cause;

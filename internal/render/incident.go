@@ -790,7 +790,7 @@ func scopeLines(inc *incident.Incident) []string {
 func keyWords(inc *incident.Incident, key string) string {
 	for _, h := range inc.Hypotheses {
 		if h.Target.Key() == key {
-			return "for " + targetShort(h.Target)
+			return "for " + TargetShort(h.Target)
 		}
 	}
 	return "for " + key

@@ -77,11 +77,11 @@ func causeShort(inc *incident.Incident) string {
 	case 0:
 		return "not stated yet"
 	case 1:
-		return "not stated (1 candidate: " + targetShort(inc.Hypotheses[0].Target) + ")"
+		return "not stated (1 candidate: " + TargetShort(inc.Hypotheses[0].Target) + ")"
 	default:
 		var ts []string
 		for i := range inc.Hypotheses[:min(n, 3)] {
-			ts = append(ts, targetShort(inc.Hypotheses[i].Target))
+			ts = append(ts, TargetShort(inc.Hypotheses[i].Target))
 		}
 		if n > 3 {
 			ts = append(ts, "…")

@@ -18,23 +18,7 @@ import (
 // line starts at column col (after what is already printed), the others
 // after indent. A word longer than a line (a URL) is never broken.
 func fill(words []string, col int, indent string) string {
-	var b strings.Builder
-	line := col
-	for i, w := range words {
-		n := len([]rune(w))
-		if i > 0 {
-			if line+1+n > incWidth {
-				b.WriteString("\n" + indent)
-				line = len(indent)
-			} else {
-				b.WriteByte(' ')
-				line++
-			}
-		}
-		b.WriteString(w)
-		line += n
-	}
-	return b.String()
+	return fillTo(words, col, incWidth, indent)
 }
 
 // para is s at indent n, wrapped to incWidth, continuation lines after
@@ -213,15 +197,18 @@ func targetWords(t incident.Target) string {
 	return strings.TrimSpace(string(t.Kind) + " " + t.Name)
 }
 
-// targetShort is a target in a table cell.
-func targetShort(t incident.Target) string {
+// TargetShort is a target in a few words (a table cell, a grade line).
+func TargetShort(t incident.Target) string {
 	switch t.Kind {
 	case incident.TargetRank:
 		return fmt.Sprintf("rank %d", t.Rank)
 	case incident.TargetLink:
 		return fmt.Sprintf("link %d→%d", t.Src, t.Dst)
 	case incident.TargetOperator:
-		return "op " + clipText(t.Name, 24)
+		if t.Rank < 0 {
+			return clipText(t.Name, 24) + " on every rank"
+		}
+		return fmt.Sprintf("%s on rank %d", clipText(t.Name, 24), t.Rank)
 	}
 	return targetWords(t)
 }
@@ -229,7 +216,7 @@ func targetShort(t incident.Target) string {
 func targetsWords(ts []incident.Target) string {
 	parts := make([]string, len(ts))
 	for i, t := range ts {
-		parts[i] = targetShort(t)
+		parts[i] = TargetShort(t)
 	}
 	return strings.Join(parts, ", ")
 }
