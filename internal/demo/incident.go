@@ -22,20 +22,22 @@ import (
 // rank's core.
 const FaultCPUHog = "cpu_hog"
 
-// FaultCauses are, per fault family, the incident categories that
-// describe the injected fault truly. Every family but the data one is a
-// host-side delay on the hidden rank (a sleep in its forward, backward,
-// gradient hook or callbacks): compute; the gradient hook's sleep delays
-// the rank's entry into the all-reduce, so communication is true of it
-// too. The CPU hog is interference from other processes (OS) that slows
-// the rank's compute. Network, uniform and the others are wrong for all.
+// FaultCauses are, per fault family, the incident categories true of
+// the injected fault — the same sets eval/incidents judges by (score.py
+// COMPAT, its README "Compatibility"), so the demo's grade and the
+// evaluation's agree. Every family is a host-side delay on the hidden
+// rank: its compute, or, where the stage ends in a collective or barrier
+// the rank enters late, communication; a delay in the data stage is data
+// (or compute, as the stage vectors alone see it). The CPU hog is
+// interference from other processes (OS), or compute: the rank computes
+// slower. Network and uniform are wrong for all of them.
 var FaultCauses = map[string][]incident.Category{
-	"data":          {incident.CategoryData},
+	"data":          {incident.CategoryData, incident.CategoryCompute},
 	"forward_host":  {incident.CategoryCompute},
-	"backward":      {incident.CategoryCompute},
+	"backward":      {incident.CategoryCompute, incident.CategoryCommunication},
 	"backward_comm": {incident.CategoryCommunication, incident.CategoryCompute},
-	"callback_sync": {incident.CategoryCompute},
-	"callback_host": {incident.CategoryCompute},
+	"callback_sync": {incident.CategoryCompute, incident.CategoryCommunication},
+	"callback_host": {incident.CategoryCompute, incident.CategoryCommunication},
 	FaultCPUHog:     {incident.CategoryOS, incident.CategoryCompute},
 }
 

@@ -64,7 +64,9 @@ func TestGradeIncidents(t *testing.T) {
 		{"wrong rank", []Injected{inject("gpt-ft-7b", "data", 2)}, []incident.Incident{open}, []string{IncidentWrong},
 			[]string{"✘ wrong: states rank 5, high confidence — injected: data on rank 2"}},
 		{"right rank, wrong kind", []Injected{inject("gpt-ft-7b", "backward", 5)}, []incident.Incident{open}, []string{IncidentWrong},
-			[]string{"the right rank, as data (want compute)"}},
+			[]string{"the right rank, as data (want compute or communication)"}},
+		{"a slow link is not a data fault", []Injected{inject("gpt-ft-7b", "forward_host", 5)}, []incident.Incident{opNet(open)}, []string{IncidentWrong},
+			[]string{"the right rank, as network (want compute)"}},
 		{"kind not stated", []Injected{inject("gpt-ft-7b", "backward", 5)}, []incident.Incident{unknownKind}, []string{IncidentRight},
 			[]string{"(the kind of cause is not stated)"}},
 		{"an operator on the rank", []Injected{inject("gpt-ft-7b", "backward", 5)}, []incident.Incident{opJob}, []string{IncidentRight},
@@ -118,6 +120,13 @@ func TestGradeIncidents(t *testing.T) {
 	if g.Category != incident.CategoryData || g.Cause != "right" || g.Confidence != incident.ConfidenceHigh || !slices.Equal(g.StatedRanks, []int{5}) {
 		t.Errorf("%+v", g)
 	}
+}
+
+// opNet is inc with its stated cause's kind made network.
+func opNet(inc incident.Incident) incident.Incident {
+	inc.Hypotheses = slices.Clone(inc.Hypotheses)
+	inc.Hypotheses[0].Category = incident.CategoryNetwork
+	return inc
 }
 
 // Every fault family the demo injects has the causes true of it.
