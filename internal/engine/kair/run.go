@@ -569,6 +569,13 @@ func immaterial(c *Cause, reps []*Report, minShare float64) bool {
 	return sp > 0 && float64(c.ExcessNS)/float64(max(1, c.Steps)) < minShare*float64(sp)
 }
 
+// Material reports whether cause c costs its rank at least MinShare of
+// the median step per analysed step it appears in (the verdict's own
+// test: a smaller deviation is noise a busy host makes on any rank).
+func (rep *TraceReport) Material(c *Cause) bool {
+	return !immaterial(c, rep.StepReports, rep.Config.withDefaults().MinShare)
+}
+
 // medianStepSpan / medianComm are the medians over analysed steps of
 // Report.SpanNS / Report.CommNS.
 func medianStepSpan(reps []*Report) int64 {
