@@ -1,6 +1,7 @@
 package lint
 
 import (
+	"fmt"
 	"go/parser"
 	"go/token"
 	"os"
@@ -99,27 +100,38 @@ func TestEnginesArePure(t *testing.T) {
 	}
 }
 
+// flowRule lists what a layer must not import.
+type flowRule struct {
+	layer  string
+	forbid []string
+}
+
 // Data flows one way: wire → ingest → store → analysis → engines →
-// api/render/ui/cli. Each rule lists what a layer must not import.
-func TestDataFlowsOneWay(t *testing.T) {
-	prod, _ := pkgImports(t)
-	rules := []struct {
-		layer  string
-		forbid []string
-	}{
-		{"internal/signal", []string{"internal/wire", "internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/stats"}},
-		{"internal/wire", []string{"internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
-		{"internal/ingest", []string{"internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/wire"}},
-		{"internal/store", []string{"internal/ingest", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
-		{"internal/catalog", []string{"internal/store", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server"}},
-		{"internal/analysis", []string{"internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/wire"}},
-		{"internal/detect", []string{"internal/api", "internal/server", "internal/render", "internal/ui"}},
-		{"internal/api", []string{"internal/server", "internal/ui"}},
-		{"internal/render", []string{"internal/store", "internal/api", "internal/server", "internal/ingest"}},
-		{"internal/sim", []string{"internal/store", "internal/analysis", "internal/engine", "internal/api", "internal/server"}},
-		// The node agent ships signals; it never reads storage or runs engines (arch rule 2).
-		{"internal/agent", []string{"internal/store", "internal/engine", "internal/analysis", "internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
-	}
+// incident → api/render/ui/cli. Each rule lists what a layer must not
+// import.
+var flowRules = []flowRule{
+	{"internal/signal", []string{"internal/wire", "internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/stats"}},
+	{"internal/wire", []string{"internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+	{"internal/ingest", []string{"internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/wire"}},
+	{"internal/store", []string{"internal/ingest", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+	{"internal/catalog", []string{"internal/store", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server"}},
+	{"internal/analysis", []string{"internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/wire"}},
+	{"internal/detect", []string{"internal/api", "internal/server", "internal/render", "internal/ui"}},
+	{"internal/api", []string{"internal/server", "internal/ui"}},
+	{"internal/render", []string{"internal/store", "internal/api", "internal/server", "internal/ingest"}},
+	{"internal/sim", []string{"internal/store", "internal/analysis", "internal/engine", "internal/api", "internal/server"}},
+	// The node agent ships signals; it never reads storage or runs engines (arch rule 2).
+	{"internal/agent", []string{"internal/store", "internal/engine", "internal/analysis", "internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+	// Engines don't know incidents; incidents know no engine (arch rule
+	// 5): internal/analysis adapts each engine's report into evidence, and
+	// the incident package stays pure fusion over that evidence.
+	{"internal/engine", []string{"internal/incident"}},
+	{"internal/incident", []string{"internal/engine", "internal/store", "internal/analysis", "internal/ingest", "internal/catalog", "internal/wire", "internal/detect", "internal/control", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+}
+
+// flowViolations lists every import in prod that a rule forbids.
+func flowViolations(prod map[string][]string, rules []flowRule) []string {
+	var out []string
 	for dir, imps := range prod {
 		for _, r := range rules {
 			if !under(dir, r.layer) {
@@ -132,11 +144,20 @@ func TestDataFlowsOneWay(t *testing.T) {
 				}
 				for _, f := range r.forbid {
 					if under(in, f) {
-						t.Errorf("%s imports %s: %s must not depend on %s (data flows one way; docs/design/architecture.md)", dir, p, r.layer, f)
+						out = append(out, fmt.Sprintf("%s imports %s: %s must not depend on %s (data flows one way; docs/design/architecture.md)", dir, p, r.layer, f))
 					}
 				}
 			}
 		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestDataFlowsOneWay(t *testing.T) {
+	prod, _ := pkgImports(t)
+	for _, v := range flowViolations(prod, flowRules) {
+		t.Error(v)
 	}
 }
 
@@ -161,7 +182,7 @@ func TestOnlyAnalysisJoinsStoreAndEngines(t *testing.T) {
 // them all would otherwise pass vacuously.
 func TestLintSeesTheTree(t *testing.T) {
 	prod, _ := pkgImports(t)
-	for _, dir := range []string{"internal/engine/stagefrontier", "internal/analysis", "internal/store", "internal/signal/stagevec", "internal/api"} {
+	for _, dir := range []string{"internal/engine/stagefrontier", "internal/analysis", "internal/store", "internal/signal/stagevec", "internal/api", "internal/incident"} {
 		if _, ok := prod[dir]; !ok {
 			t.Errorf("package %s not found: update the lint rules", dir)
 		}
