@@ -16,6 +16,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/incident"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/collective"
+	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
@@ -51,10 +52,6 @@ type EvidenceEnv struct {
 	// AtNS is when the report was produced (server clock): Evidence.AtNS.
 	// Greyhound's report carries its own (GeneratedNS), used when 0.
 	AtNS int64
-	// Runs are the Greyhound validation runs the report judged (their
-	// plans' at_step and the ranks' pause times place each validation on
-	// both axes; without them a validation's wall window is unknown).
-	Runs []greyhound.ValidationRun
 	// Greyhound and Sysom are the engines' configurations the reports
 	// were made with (an invalid or zero one: the defaults). The
 	// adapters apply the engines' own rules with them (lateness caveats,
@@ -169,11 +166,13 @@ func TimelineClock(tl *Timeline, endNS int64) StepClock {
 		return StepClock{}
 	}
 	starts := make(map[int64]int64, len(tl.Series))
-	t := float64(endNS)
+	t := endNS
 	for i := len(tl.Series) - 1; i >= 0; i-- {
 		p := tl.Series[i]
-		t -= max(p.ExposedMS, 0) * 1e6
-		starts[p.Step] = int64(t)
+		if ms := p.ExposedMS; ms > 0 && ms <= stagevec.MaxDurationMS {
+			t -= int64(math.Round(ms * 1e6))
+		}
+		starts[p.Step] = t
 	}
 	return NewStepClock(starts)
 }

@@ -21,9 +21,8 @@ const ghViewHalfNS = int64(300e9)
 // (slow ones named, healthy ones cleared at their layer); and entry
 // lateness — the rank the others wait for at one collective — judged by
 // the engine's own rule (greyhound.ReportLate, LateEvidence.Caveats).
-// Times are the engine's (wall clock); steps come from env.Clock, and a
-// validation's window from env.Runs (its plan's at_step, the ranks'
-// pause). A report over every incarnation gives none.
+// Times are the engine's (wall clock, and a validation's plan step);
+// steps come from env.Clock. A report over every incarnation gives none.
 func GreyhoundEvidence(rep *greyhound.Report, hosts map[int]string, env EvidenceEnv) []incident.Evidence {
 	if rep == nil || rep.Incarnation == IncAll {
 		return nil
@@ -236,43 +235,22 @@ func (a *ghAdapter) crossGroup() []incident.Evidence {
 	return out
 }
 
-// run is the validation run behind view id (nil: not given).
-func (a *ghAdapter) run(id string) *greyhound.ValidationRun {
-	for i := range a.env.Runs {
-		if a.env.Runs[i].Plan.ID == id {
-			return &a.env.Runs[i]
-		}
-	}
-	return nil
-}
-
-// validationSpan places a validation run: at its plan's at_step, over the
-// ranks' reported pause (else from the step's start, else from the
-// plan's publication, to its deadline).
-func (a *ghAdapter) validationSpan(id string) incident.Span {
-	r := a.run(id)
-	if r == nil {
-		return incident.Span{FromStep: -1, ToStep: -1}
-	}
-	var from, to int64
-	for _, res := range r.Results {
-		if res.PausedFromNS > 0 && res.PausedToNS >= res.PausedFromNS {
-			if from == 0 || res.PausedFromNS < from {
-				from = res.PausedFromNS
-			}
-			to = max(to, res.PausedToNS)
-		}
-	}
+// validationSpan places a validation run: at its plan's at_step, over
+// the ranks' reported pause, else from the step's start (or the plan's
+// publication) to its deadline. A run the report cannot place on the
+// wall clock has its step only.
+func (a *ghAdapter) validationSpan(v *greyhound.ValidationView) incident.Span {
+	from, to := v.PausedFromNS, v.PausedToNS
 	if from == 0 {
-		from = a.env.Clock.NS(r.Plan.AtStep)
-		if from == 0 {
-			from = r.CreatedNS
+		if from = a.env.Clock.NS(v.AtStep); from == 0 {
+			from = v.CreatedNS
 		}
-		if r.CreatedNS > 0 {
-			to = max(from, r.CreatedNS+r.Plan.DeadlineMS*1e6)
+		to = from
+		if v.CreatedNS > 0 {
+			to = max(from, v.CreatedNS+v.DeadlineMS*1e6)
 		}
 	}
-	sp := incident.Span{FromStep: r.Plan.AtStep, ToStep: r.Plan.AtStep}
+	sp := incident.Span{FromStep: v.AtStep, ToStep: v.AtStep}
 	if from > 0 && to >= from {
 		sp.FromNS, sp.ToNS = from, to
 	}
@@ -287,7 +265,7 @@ func (a *ghAdapter) validationSpan(id string) incident.Span {
 // low confidence: it is a measurement, and whether it explains the
 // slowdown is the verdict's call (Conclude weighs it).
 func (a *ghAdapter) validation(v *greyhound.ValidationView) []incident.Evidence {
-	sp := a.validationSpan(v.ID)
+	sp := a.validationSpan(v)
 	// Clearing is high confidence once every planned rank answered.
 	clear := incident.ConfidenceLow
 	if v.State == greyhound.ValidationDone && v.Verdict.Kind != greyhound.VerdictInconclusive {

@@ -270,8 +270,13 @@ func (a *sfAdapter) leader(g *GroupReport) (incident.Evidence, bool) {
 		}
 		e.Text = fmt.Sprintf("No rank is named for the %s stage%s: %s", stage, of, words)
 		e.Reason = h.WithheldWhy
-		if h.Withheld == stagefrontier.WithheldUniform {
+		switch h.Withheld {
+		case stagefrontier.WithheldUniform:
 			e.Category = incident.CategoryUniform
+		case stagefrontier.WithheldAbsorbed:
+			// The stage's time is a wait inside it (a collective or
+			// barrier): what it waits for is not the stage's kind of work.
+			e.Category = incident.CategoryUnknown
 		}
 	}
 	e.Detail = detail(leaderDetail{Group: g.Group, Headline: h, Stage: se})
