@@ -78,7 +78,7 @@ func (a *kairAdapter) base(kind incident.Kind) incident.Evidence {
 	q := url.Values{}
 	q.Set("capture", a.c.ID)
 	return incident.Evidence{ID: evidenceID(kind, a.inc, a.c.ID), Kind: kind, Engine: incident.EngineKair, Job: a.c.Job,
-		Incarnation: a.inc, AtNS: a.env.AtNS, Window: a.win, Signal: incident.SignalFinding, Ranks: len(a.rep.Ranks),
+		Incarnation: a.inc, AtNS: a.env.AtNS, Window: a.win, Signal: incident.SignalFinding,
 		View: viewPath(a.c.Job, "kair", q)}
 }
 

@@ -243,17 +243,20 @@ func (a *sfAdapter) leader(g *GroupReport) (incident.Evidence, bool) {
 		if se != nil && se.Leader.Why != "" {
 			why = append(why, se.Leader.Why)
 		}
-		// Named and measured against a reference (or creating the stage's
-		// exposed tail) with no downgrade label: the engine's strongest
-		// statement. A stage that is only the largest share, or a caveat,
-		// leaves the rank a candidate.
+		// Named at the stage whose time rose against the job's own healthy
+		// reference (the leader then explains the rise: Diagnose withholds
+		// it otherwise) with no downgrade label: the engine's strongest
+		// statement, and one about the slowdown. A straggler the window
+		// shows without a reference (it creates the stage's exposed tail,
+		// or the stage is the largest share) may be as old as the job: a
+		// candidate, as is any rank named with a caveat.
 		switch {
 		case len(h.Caveats) > 0:
 			e.Confidence = incident.ConfidenceLow
 			why = append(why, "downgraded: "+strings.Join(h.Caveats, "; "))
-		case h.Basis == stagefrontier.BasisShare:
+		case h.Basis != stagefrontier.BasisExcess:
 			e.Confidence = incident.ConfidenceLow
-			why = append(why, "the stage is the largest share of the step, not one measured against a healthy reference")
+			why = append(why, "not measured against a healthy reference: it may have been the straggler all along")
 		default:
 			e.Confidence = incident.ConfidenceHigh
 		}

@@ -175,10 +175,11 @@ func TestStageFrontierProgressBlocks(t *testing.T) {
 }
 
 // The confidence the leader finding carries follows the headline: named
-// against a reference (or creating the stage's tail) with no downgrade
-// label is high; named on the share of exposed time alone, or with a
-// caveat, is a candidate; a withholding keeps the engine's reason, and
-// what the stage's category means for it.
+// at the stage that rose against the job's healthy reference with no
+// downgrade label is high; named without a reference (the stage's tail,
+// or its share of exposed time), or with a caveat, is a candidate; a
+// withholding keeps the engine's reason, and what the stage's category
+// means for it.
 func TestStageFrontierLeaderConfidence(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -187,7 +188,7 @@ func TestStageFrontierLeaderConfidence(t *testing.T) {
 		category incident.Category
 	}{
 		{"excess", stagefrontier.Headline{Stage: stagevec.StageForward, Basis: stagefrontier.BasisExcess, Rank: 2}, incident.ConfidenceHigh, incident.CategoryCompute},
-		{"straggler", stagefrontier.Headline{Stage: stagevec.StageData, Basis: stagefrontier.BasisStraggler, Rank: 2}, incident.ConfidenceHigh, incident.CategoryData},
+		{"straggler", stagefrontier.Headline{Stage: stagevec.StageData, Basis: stagefrontier.BasisStraggler, Rank: 2}, incident.ConfidenceLow, incident.CategoryData},
 		{"share", stagefrontier.Headline{Stage: stagevec.StageData, Basis: stagefrontier.BasisShare, Rank: 2}, incident.ConfidenceLow, incident.CategoryData},
 		{"caveat", stagefrontier.Headline{Stage: stagevec.StageOptim, Basis: stagefrontier.BasisExcess, Rank: 2, Caveats: []string{"vectors were dropped"}}, incident.ConfidenceLow, incident.CategoryCompute},
 		{"custom stage", stagefrontier.Headline{Stage: "my.stage", Basis: stagefrontier.BasisExcess, Rank: 2}, incident.ConfidenceHigh, incident.CategoryUnknown},

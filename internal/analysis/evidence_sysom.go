@@ -60,7 +60,7 @@ type sysomAdapter struct {
 func (a *sysomAdapter) base(kind incident.Kind, parts ...string) incident.Evidence {
 	return incident.Evidence{ID: evidenceID(kind, a.inc, append([]string{a.anchor}, parts...)...), Kind: kind,
 		Engine: incident.EngineSysom, Job: a.job(), Incarnation: a.inc, AtNS: a.env.AtNS, Window: a.win,
-		Signal: incident.SignalFinding, Ranks: a.rep.Window.Ranks, View: a.view()}
+		Signal: incident.SignalFinding, View: a.view()}
 }
 
 func (a *sysomAdapter) job() string { return a.rep.Job }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/laggard-dev/laggard/internal/engine/greyhound"
@@ -335,7 +336,23 @@ func roundTrip[T any](t testing.TB, v *T) *T {
 	return &out
 }
 
+var (
+	fixturesOnce sync.Mutex
+	fixturesMemo []adapted
+)
+
+// fixtures are every engine's fixtures, loaded once per test binary (the
+// adapters copy each report before adapting it, so tests share them).
 func fixtures(t testing.TB) []adapted {
+	fixturesOnce.Lock()
+	defer fixturesOnce.Unlock()
+	if fixturesMemo == nil {
+		fixturesMemo = loadFixtures(t)
+	}
+	return fixturesMemo
+}
+
+func loadFixtures(t testing.TB) []adapted {
 	var out []adapted
 	for _, f := range []string{recordedData, recordedBackward} {
 		rep := recordedReport(t, f)
