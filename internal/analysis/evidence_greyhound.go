@@ -287,20 +287,11 @@ func (a *ghAdapter) validation(v *greyhound.ValidationView) []incident.Evidence 
 				ok = append(ok, g.Rank)
 			}
 		}
-		e := a.base(incident.KindGreyhoundValidation, evidenceID(incident.KindGreyhoundValidation, a.inc, v.ID, "gemm"))
-		e.Window, e.Layer, e.Category, e.View = sp, incident.LayerGPU, incident.CategoryCompute, q
-		e.Targets, e.Against = rankTargets(slow, a.hosts), rankTargets(ok, a.hosts)
-		if len(slow) > 0 {
-			e.Signal, e.Confidence = incident.SignalFinding, incident.ConfidenceLow
-			e.Text = fmt.Sprintf("GEMM validation %s: rank(s) %s compute slower than the healthy ranks", v.ID, joinRanks(slow))
-			e.Reason = "a benchmark measurement; whether it explains the slowdown is the verdict's to say"
-		} else {
-			e.Signal, e.Confidence = incident.SignalHealthy, clear
-			e.Text = fmt.Sprintf("GEMM validation %s: every tested rank computes at the healthy rate (%d ranks)", v.ID, len(ok))
-			e.Reason = "the benchmark clears these ranks' GPU compute, not what else they do"
-		}
-		e.Detail = detail(v.GEMM)
-		out = append(out, e)
+		out = append(out, a.bench(v, sp, q, clear, benchPart{name: "gemm", layer: incident.LayerGPU, category: incident.CategoryCompute,
+			slow: rankTargets(slow, a.hosts), ok: rankTargets(ok, a.hosts), detail: v.GEMM,
+			slowText: fmt.Sprintf("GEMM validation %s: rank(s) %s compute slower than the healthy ranks", v.ID, joinRanks(slow)),
+			okText:   fmt.Sprintf("GEMM validation %s: every tested rank computes at the healthy rate (%d ranks)", v.ID, len(ok)),
+			okReason: "the benchmark clears these ranks' GPU compute, not what else they do"}))
 	}
 	if len(v.Links) > 0 {
 		var slow, ok []incident.Target
@@ -315,22 +306,41 @@ func (a *ghAdapter) validation(v *greyhound.ValidationView) []incident.Evidence 
 				ok = append(ok, incident.LinkTarget(l.Src, l.Dst))
 			}
 		}
-		e := a.base(incident.KindGreyhoundValidation, evidenceID(incident.KindGreyhoundValidation, a.inc, v.ID, "p2p"))
-		e.Window, e.Layer, e.Category, e.View = sp, incident.LayerNetwork, incident.CategoryNetwork, q
-		e.Targets, e.Against = slow, ok
-		if len(slow) > 0 {
-			e.Signal, e.Confidence = incident.SignalFinding, incident.ConfidenceLow
-			e.Text = fmt.Sprintf("P2P validation %s: link(s) %s transfer slower than the healthy links", v.ID, joinLinkTargets(slow))
-			e.Reason = "a benchmark measurement; whether it explains the slowdown is the verdict's to say"
-		} else {
-			e.Signal, e.Confidence = incident.SignalHealthy, clear
-			e.Text = fmt.Sprintf("P2P validation %s: every tested link transfers at the healthy rate (%d links)", v.ID, len(ok))
-			e.Reason = "the benchmark clears these links, not the ranks at their ends"
-		}
-		e.Detail = detail(v.Links)
-		out = append(out, e)
+		out = append(out, a.bench(v, sp, q, clear, benchPart{name: "p2p", layer: incident.LayerNetwork, category: incident.CategoryNetwork,
+			slow: slow, ok: ok, detail: v.Links,
+			slowText: fmt.Sprintf("P2P validation %s: link(s) %s transfer slower than the healthy links", v.ID, joinLinkTargets(slow)),
+			okText:   fmt.Sprintf("P2P validation %s: every tested link transfers at the healthy rate (%d links)", v.ID, len(ok)),
+			okReason: "the benchmark clears these links, not the ranks at their ends"}))
 	}
 	return out
+}
+
+// benchPart is one benchmark of a validation run (GEMM or P2P): what it
+// found slow and healthy, in words.
+type benchPart struct {
+	name                       string
+	layer                      incident.Layer
+	category                   incident.Category
+	slow, ok                   []incident.Target
+	slowText, okText, okReason string
+	detail                     any
+}
+
+// bench is one benchmark's evidence: the slow ones named as candidates
+// (and the healthy ones cleared beside them), or, with none slow, the
+// healthy ones cleared.
+func (a *ghAdapter) bench(v *greyhound.ValidationView, sp incident.Span, view string, clear incident.Confidence, p benchPart) incident.Evidence {
+	e := a.base(incident.KindGreyhoundValidation, evidenceID(incident.KindGreyhoundValidation, a.inc, v.ID, p.name))
+	e.Window, e.Layer, e.Category, e.View = sp, p.layer, p.category, view
+	e.Targets, e.Against = p.slow, p.ok
+	if len(p.slow) > 0 {
+		e.Signal, e.Confidence, e.Text = incident.SignalFinding, incident.ConfidenceLow, p.slowText
+		e.Reason = "a benchmark measurement; whether it explains the slowdown is the verdict's to say"
+	} else {
+		e.Signal, e.Confidence, e.Text, e.Reason = incident.SignalHealthy, clear, p.okText, p.okReason
+	}
+	e.Detail = detail(p.detail)
+	return e
 }
 
 // verdict is the controller's conclusion of its latest episode, once it
