@@ -129,6 +129,14 @@ func CallClock(calls []collective.Call) StepClock {
 	return NewStepClock(starts)
 }
 
+// Clock is the step clock of a loaded Greyhound window (its calls'
+// steps), for GreyhoundEvidence and SysomEvidence over the same time.
+func (gi *GreyhoundInput) Clock() StepClock { return CallClock(gi.In.Calls) }
+
+// RankHosts maps each registered rank of j to the host it reported (nil
+// when none did): the hosts evidence targets carry.
+func RankHosts(j *signal.Job) map[int]string { return rankHosts(j) }
+
 // CallScanner is what ReadStepClock reads (*store.Store implements it).
 type CallScanner interface {
 	ScanCalls(job string, q store.CallQuery, fn func(c *collective.Call) error) error

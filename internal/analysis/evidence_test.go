@@ -272,6 +272,13 @@ func TestStepClockRoundTrip(t *testing.T) {
 }
 
 func TestCallClockAndTimelineClock(t *testing.T) {
+	gi := &GreyhoundInput{In: greyhound.Input{Calls: sleepCalls(t, 20)}}
+	if c := gi.Clock(); !c.Known() || c.NS(10) != CallClock(gi.In.Calls).NS(10) {
+		t.Error("GreyhoundInput.Clock")
+	}
+	if h := RankHosts(&signal.Job{Ranks: []signal.Rank{{Rank: 3, Host: "h3"}, {Rank: 4}}}); len(h) != 1 || h[3] != "h3" {
+		t.Errorf("RankHosts: %v", h)
+	}
 	calls := []collective.Call{
 		{Rank: 1, Step: 3, EnterNS: t0 + 5}, {Rank: 0, Step: 3, EnterNS: t0 + 2}, {Rank: 0, Step: 4, EnterNS: t0 + 100},
 		{Rank: 0, Step: -1, EnterNS: t0 + 50},
