@@ -301,7 +301,7 @@ func TestCallClockAndTimelineClock(t *testing.T) {
 
 // ReadStepClock reads one rank's calls of a window from the store.
 func TestReadStepClock(t *testing.T) {
-	st := kairStore(t, 2)
+	st := storedJob(t, &signal.Job{ID: "j", WorldSize: 2, Schema: stagevec.DefaultSchema()})
 	calls := sleepCalls(t, 40)
 	if _, err := st.AppendCollectives("j", &collective.Batch{Calls: calls}); err != nil {
 		t.Fatal(err)

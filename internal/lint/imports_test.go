@@ -100,16 +100,12 @@ func TestEnginesArePure(t *testing.T) {
 	}
 }
 
-// flowRule lists what a layer must not import.
-type flowRule struct {
+// Data flows one way: wire → ingest → store → analysis → engines →
+// incident → api/render/ui/cli. Each rule lists what a layer must not import.
+var flowRules = []struct {
 	layer  string
 	forbid []string
-}
-
-// Data flows one way: wire → ingest → store → analysis → engines →
-// incident → api/render/ui/cli. Each rule lists what a layer must not
-// import.
-var flowRules = []flowRule{
+}{
 	{"internal/signal", []string{"internal/wire", "internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/stats"}},
 	{"internal/wire", []string{"internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
 	{"internal/ingest", []string{"internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/wire"}},
@@ -122,18 +118,35 @@ var flowRules = []flowRule{
 	{"internal/sim", []string{"internal/store", "internal/analysis", "internal/engine", "internal/api", "internal/server"}},
 	// The node agent ships signals; it never reads storage or runs engines (arch rule 2).
 	{"internal/agent", []string{"internal/store", "internal/engine", "internal/analysis", "internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+	// What acts (internal/control: capture and validation life cycles,
+	// auto triggers, later mitigation) sits beside the read path and
+	// calls it; the read path and the engines never call what acts
+	// (docs/design/control.md). Control reaches the engines only
+	// through analysis (TestOnlyAnalysisJoinsStoreAndEngines).
+	{"internal/analysis", []string{"internal/control"}},
+	{"internal/engine", []string{"internal/control"}},
+	{"internal/incident", []string{"internal/control"}},
+	{"internal/control", []string{"internal/engine", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/wire", "internal/ingest"}},
 	// Engines don't know incidents; incidents know no engine (arch rule
-	// 5): internal/analysis adapts each engine's report into evidence, and
-	// the incident package stays pure fusion over that evidence.
+	// 5): internal/analysis adapts each engine's report into evidence
+	// (only its evidence adapters: TestOnlyEvidenceAdaptersImportIncident),
+	// and the incident package stays pure fusion over that evidence.
 	{"internal/engine", []string{"internal/incident"}},
-	{"internal/incident", []string{"internal/engine", "internal/store", "internal/analysis", "internal/ingest", "internal/catalog", "internal/wire", "internal/detect", "internal/control", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+	{"internal/incident", []string{"internal/engine", "internal/store", "internal/analysis", "internal/ingest", "internal/catalog", "internal/wire", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
 }
 
-// flowViolations lists every import in prod that a rule forbids.
-func flowViolations(prod map[string][]string, rules []flowRule) []string {
+func TestDataFlowsOneWay(t *testing.T) {
+	prod, _ := pkgImports(t)
+	for _, v := range flowViolations(prod) {
+		t.Error(v)
+	}
+}
+
+// flowViolations lists every import of prod that a flow rule forbids.
+func flowViolations(prod map[string][]string) []string {
 	var out []string
 	for dir, imps := range prod {
-		for _, r := range rules {
+		for _, r := range flowRules {
 			if !under(dir, r.layer) {
 				continue
 			}
@@ -150,14 +163,23 @@ func flowViolations(prod map[string][]string, rules []flowRule) []string {
 			}
 		}
 	}
-	slices.Sort(out)
 	return out
 }
 
-func TestDataFlowsOneWay(t *testing.T) {
-	prod, _ := pkgImports(t)
-	for _, v := range flowViolations(prod, flowRules) {
-		t.Error(v)
+// The read path and the engines must not import what acts: the rules
+// catch it (a rule that never fires would pass vacuously).
+func TestFlowRulesForbidControl(t *testing.T) {
+	for _, dir := range []string{"internal/analysis", "internal/engine/kair", "internal/engine/greyhound", "internal/incident"} {
+		prod := map[string][]string{dir: {module + "internal/control"}}
+		if v := flowViolations(prod); len(v) != 1 || !strings.Contains(v[0], "must not depend on internal/control") {
+			t.Errorf("%s importing internal/control: violations %q", dir, v)
+		}
+	}
+	if v := flowViolations(map[string][]string{"internal/control": {module + "internal/engine/greyhound"}}); len(v) != 1 {
+		t.Errorf("control importing an engine: violations %q", v)
+	}
+	if v := flowViolations(map[string][]string{"internal/control": {module + "internal/analysis", module + "internal/store"}, "internal/server": {module + "internal/control"}, "internal/api": {module + "internal/control"}}); len(v) != 0 {
+		t.Errorf("allowed imports flagged: %q", v)
 	}
 }
 
@@ -182,7 +204,7 @@ func TestOnlyAnalysisJoinsStoreAndEngines(t *testing.T) {
 // them all would otherwise pass vacuously.
 func TestLintSeesTheTree(t *testing.T) {
 	prod, _ := pkgImports(t)
-	for _, dir := range []string{"internal/engine/stagefrontier", "internal/analysis", "internal/store", "internal/signal/stagevec", "internal/api", "internal/incident"} {
+	for _, dir := range []string{"internal/engine/stagefrontier", "internal/analysis", "internal/store", "internal/signal/stagevec", "internal/api", "internal/control", "internal/incident"} {
 		if _, ok := prod[dir]; !ok {
 			t.Errorf("package %s not found: update the lint rules", dir)
 		}
