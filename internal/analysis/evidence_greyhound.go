@@ -209,8 +209,10 @@ type crossGroupDetail struct {
 }
 
 // crossGroup names each degraded communication group of the comparison
-// (§4.3) and its members: candidates (low), since the comparison cannot
-// tell which member slows the group — validation does.
+// (§4.3), a candidate (low). It names the group, not its members: the
+// comparison cannot tell which member slows the group (validation does),
+// and naming every member would make each a candidate that any other
+// engine's weak hint could turn into a stated cause.
 func (a *ghAdapter) crossGroup() []incident.Evidence {
 	from, to := a.profileSpan()
 	var out []incident.Evidence
@@ -222,10 +224,10 @@ func (a *ghAdapter) crossGroup() []incident.Evidence {
 			e := a.base(incident.KindGreyhoundCrossGroup, evidenceID(incident.KindGreyhoundCrossGroup, a.inc, a.episodePart(), "comm:"+m.Comm, cl.Op.String(), strconv.FormatInt(cl.Bytes, 10)))
 			e.Window = a.env.Clock.nsSpan(from, to)
 			e.Signal = incident.SignalFinding
-			e.Targets = append([]incident.Target{{Kind: incident.TargetGroup, Name: m.Comm}}, rankTargets(sortedUnique(m.Ranks), a.hosts)...)
+			e.Targets = []incident.Target{{Kind: incident.TargetGroup, Name: m.Comm}}
 			e.Layer, e.Category, e.Confidence = incident.LayerCollective, incident.CategoryCommunication, incident.ConfidenceLow
-			e.Text = fmt.Sprintf("Communication group %s (ranks %s) runs its %s of %d bytes %.2f× slower than comparable groups", m.Comm, joinRanks(m.Ranks), cl.Op, cl.Bytes, m.Ratio)
-			e.Reason = fmt.Sprintf("cross-group comparison: %.1f ms against a healthy reference of %.1f ms over %d instances; the comparison cannot tell which member slows the group, so each is a candidate",
+			e.Text = fmt.Sprintf("Communication group %s (ranks %s) runs its %s of %d bytes %.2f× slower than comparable groups", m.Comm, joinRanks(sortedUnique(m.Ranks)), cl.Op, cl.Bytes, m.Ratio)
+			e.Reason = fmt.Sprintf("cross-group comparison: %.1f ms against a healthy reference of %.1f ms over %d instances; it cannot tell which member slows the group",
 				m.ExecMS, cl.RefMS, m.Instances)
 			e.Detail = detail(crossGroupDetail{Cluster: greyhound.Cluster{Op: cl.Op, Bytes: cl.Bytes, Size: cl.Size, MedianMS: cl.MedianMS, RefMS: cl.RefMS, Comparable: cl.Comparable, Note: cl.Note}, Member: m})
 			e.View = a.view(from, to)
@@ -260,10 +262,13 @@ func (a *ghAdapter) validationSpan(v *greyhound.ValidationView) incident.Span {
 // validation is one run's results as two findings, each at the layer
 // its benchmark tests: the GEMM (gpu: compute) and the P2P transfers
 // (network). A benchmark that measured a rank or link normal clears it
-// at that layer only (Against): a rank whose GEMM is healthy can still
-// be late for a host-side reason (late_rank). A slow one is named with
-// low confidence: it is a measurement, and whether it explains the
-// slowdown is the verdict's call (Conclude weighs it).
+// (Against) — except a rank Greyhound itself finds the others waiting
+// for (its lateness, or a late_rank verdict): a healthy GEMM does not
+// clear a rank that is late for a host-side reason, it tells where the
+// cause is not (Conclude: "its compute validated healthy, so the cause
+// is on its host side"). A slow one is named with low confidence: it is
+// a measurement, and whether it explains the slowdown is the verdict's
+// call (Conclude weighs it).
 func (a *ghAdapter) validation(v *greyhound.ValidationView) []incident.Evidence {
 	sp := a.validationSpan(v)
 	// Clearing is high confidence once every planned rank answered.
@@ -278,12 +283,14 @@ func (a *ghAdapter) validation(v *greyhound.ValidationView) []incident.Evidence 
 	var out []incident.Evidence
 	slowRank := map[int]bool{}
 	if len(v.GEMM) > 0 {
+		late := a.lateRanks()
 		var slow, ok []int
 		for _, g := range v.GEMM {
-			if g.Slow {
+			switch {
+			case g.Slow:
 				slow = append(slow, g.Rank)
 				slowRank[g.Rank] = true
-			} else {
+			case !late[g.Rank]:
 				ok = append(ok, g.Rank)
 			}
 		}
@@ -311,6 +318,21 @@ func (a *ghAdapter) validation(v *greyhound.ValidationView) []incident.Evidence 
 			slowText: fmt.Sprintf("P2P validation %s: link(s) %s transfer slower than the healthy links", v.ID, joinLinkTargets(slow)),
 			okText:   fmt.Sprintf("P2P validation %s: every tested link transfers at the healthy rate (%d links)", v.ID, len(ok)),
 			okReason: "the benchmark clears these links, not the ranks at their ends"}))
+	}
+	return out
+}
+
+// lateRanks are the ranks Greyhound finds the others waiting for: its
+// verdict's when it is late_rank, and entry lateness's.
+func (a *ghAdapter) lateRanks() map[int]bool {
+	out := map[int]bool{}
+	if v := a.rep.Verdict; v.Kind == greyhound.VerdictLateRank {
+		for _, r := range v.Ranks {
+			out[r] = true
+		}
+	}
+	if le, ok := a.lateEvidence(); ok {
+		out[le.Rank] = true
 	}
 	return out
 }
@@ -408,15 +430,11 @@ type lateDetail struct {
 // episode; outside one it is the job's standing straggler (judged against
 // the iteration time), replaced on each re-evaluation.
 func (a *ghAdapter) late() (incident.Evidence, bool) {
-	onset := a.onset
-	episodic := a.inEpisode && a.rep.Controller.Phase != greyhound.PhaseTracking
-	if !episodic {
-		onset = nil
-	}
-	le, ok := greyhound.ReportLate(a.rep, onset, a.cfg)
+	le, ok := a.lateEvidence()
 	if !ok {
 		return incident.Evidence{}, false
 	}
+	onset, episodic := a.lateOnset()
 	anchor := "standing"
 	if episodic {
 		anchor = a.episodePart()
@@ -466,6 +484,22 @@ func (a *ghAdapter) late() (incident.Evidence, bool) {
 	e.Detail = detail(d)
 	e.View = a.view(first, last)
 	return e, true
+}
+
+// lateOnset is what lateness is judged since: the episode's onset while
+// the controller is in an episode (episodic), none outside one.
+func (a *ghAdapter) lateOnset() (*greyhound.ChangePointView, bool) {
+	if a.inEpisode && a.rep.Controller.Phase != greyhound.PhaseTracking {
+		return a.onset, true
+	}
+	return nil, false
+}
+
+// lateEvidence is the engine's lateness finding for the report (ok: its
+// rule singles out a rank).
+func (a *ghAdapter) lateEvidence() (greyhound.LateEvidence, bool) {
+	onset, _ := a.lateOnset()
+	return greyhound.ReportLate(a.rep, onset, a.cfg)
 }
 
 // joinRanks writes ranks as "1,4,7".

@@ -82,6 +82,12 @@ func (a *kairAdapter) base(kind incident.Kind) incident.Evidence {
 		View: viewPath(a.c.Job, "kair", q)}
 }
 
+// kairNotWaitedFor is the reason a Stage 1 straggler is withheld: the
+// others' wait for it at collectives was measured and is immaterial
+// (kair.TraceReport.HoldsBack). KAIR's verdict says it in words; this is
+// the code.
+const kairNotWaitedFor = "not_waited_for"
+
 // rhythmDetail is Stage 1's result without its per-window matrices
 // (Freq, D: quadratic in the ranks).
 type rhythmDetail struct {
@@ -99,8 +105,10 @@ type rhythmDetail struct {
 // rank is Stage 1's straggler: the rank whose operator rhythm diverges
 // from the others' (§III-B Stage 1). It localizes at the operator layer
 // and says nothing of why. High confidence when the other ranks also
-// waited for it at collectives (kair.TraceReport.HoldsBack): a rhythm
-// that differs without holding anyone back is not a delay of the job.
+// waited for it at collectives (kair.TraceReport.HoldsBack); withheld
+// when they measurably did not (a rhythm that differs without holding
+// anyone back is not a delay of the job); a candidate when the capture
+// joined no collective to tell.
 func (a *kairAdapter) rank(rh *kair.Rhythm) incident.Evidence {
 	e := a.base(incident.KindKairRank)
 	e.Layer, e.Category = incident.LayerOperator, incident.CategoryUnknown
@@ -116,7 +124,10 @@ func (a *kairAdapter) rank(rh *kair.Rhythm) incident.Evidence {
 			e.Confidence = incident.ConfidenceHigh
 			e.Reason += "; the other ranks wait for it at collectives"
 		case d.Measured:
-			e.Confidence = incident.ConfidenceLow
+			// The engine's own check says the rank holds no one back: not
+			// a candidate for the job's slowdown, so it names no one.
+			e.Targets, e.Confidence, e.Withheld = nil, incident.ConfidenceWithheld, kairNotWaitedFor
+			e.Text = fmt.Sprintf("KAIR: rank %d's operator rhythm differs, but the other ranks do not wait for it", rh.Straggler)
 			e.Reason += "; but the other ranks do not wait for it at collectives: its rhythm differs without holding the job back"
 		default:
 			e.Confidence = incident.ConfidenceLow

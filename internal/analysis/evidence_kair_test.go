@@ -31,9 +31,9 @@ func TestKairEvidenceReal(t *testing.T) {
 		// A gap on rank 3 between two operators (the data wait): the rank,
 		// not an operator; Stage 1 agrees and the others wait for it.
 		{"data", []string{"rank:3"}, incident.CategoryUnknown, incident.ConfidenceHigh, []string{"rank:1"}, []string{"rank:3"}, incident.ConfidenceHigh, ""},
-		// Stage 1's straggler is rank 0, whom nobody waits for: a
-		// candidate, and never cleared as a victim.
-		{"late_collective", []string{"rank:3"}, incident.CategoryUnknown, incident.ConfidenceHigh, []string{"rank:1"}, []string{"rank:0"}, incident.ConfidenceLow, ""},
+		// Stage 1's straggler is rank 0, whom nobody waits for: withheld
+		// by the engine's own check, and never cleared as a victim.
+		{"late_collective", []string{"rank:3"}, incident.CategoryUnknown, incident.ConfidenceHigh, []string{"rank:1"}, nil, incident.ConfidenceWithheld, kairNotWaitedFor},
 		{"slow_link", nil, incident.CategoryUnknown, incident.ConfidenceWithheld, nil, nil, incident.ConfidenceWithheld, "inconclusive"},
 	}
 	for _, c := range cases {
