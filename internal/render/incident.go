@@ -519,7 +519,7 @@ func (d *incDoc) evidence() {
 			head += " (" + e.Withheld + ")"
 		}
 		d.p.f("%s\n", para(2, head, "      "))
-		var facts []string
+		facts := []string{"from " + incident.SourceOf(&e)}
 		if len(e.Targets) > 0 {
 			facts = append(facts, "names "+targetsWords(e.Targets))
 		}
