@@ -80,6 +80,15 @@ func (f *fuser) build(b *building, next int64, live []Incident, used map[string]
 	if inc.SlowMS == 0 {
 		inc.SlowMS = f.slowMS(b, lostEnd)
 	}
+	if inc.SlowMS == 0 || inc.HealthyMS == 0 {
+		// Too few step samples: the opening change point's own levels.
+		for _, o := range b.onsets {
+			if o.BeforeMS > 0 && o.AfterMS > 0 {
+				inc.HealthyMS, inc.SlowMS = o.BeforeMS, o.AfterMS
+				break
+			}
+		}
+	}
 	inc.Lost = f.lost(b, lostEnd)
 	inc.Windows = f.windows(b, lostEnd, next)
 
@@ -225,7 +234,7 @@ func (f *fuser) hypotheses(inc *Incident, b *building) {
 			case (e.Signal == SignalHealthy || e.Signal == SignalFinding) && e.clears(k):
 				h.against = append(h.against, e)
 				h.why = append(h.why, fmt.Sprintf("%s measured %s normal%s", engineWords(e.Engine), targetWords(h.target), layerSuffix(e.Layer)))
-			case e.Signal == SignalFinding && e.Exclusive && e.Confidence == ConfidenceHigh && len(e.Targets) > 0 && !e.names(k) && h.exclusiveOn(e.Subject):
+			case e.Signal == SignalFinding && e.Exclusive && e.Confidence != ConfidenceWithheld && len(e.Targets) > 0 && !e.names(k) && h.exclusiveOn(e.Subject):
 				h.against = append(h.against, e)
 				h.why = append(h.why, fmt.Sprintf("%s names %s instead", engineWords(e.Engine), targetWords(e.Targets[0])))
 			}
@@ -341,15 +350,22 @@ func (h *hyp) publish(context []*Evidence) Hypothesis {
 	case len(eff) == 0:
 		out.Stated, out.Confidence = false, ConfidenceLow
 		out.Reason = "contradicted: " + strings.Join(uniq(h.why), "; ") + "."
-	case strong:
+	case strong && !weakAgainst:
 		out.Stated, out.Confidence = true, ConfidenceHigh
-		out.Reason = fmt.Sprintf("%s names it with high confidence and no engine contradicts it.", engineList(enginesOf(eff)))
+		out.Reason = fmt.Sprintf("%s %s it with high confidence and no engine contradicts it.", engineList(enginesOf(eff)), verb(len(enginesOf(eff)), "names", "name"))
 	case len(sources) >= 2:
 		out.Stated, out.Confidence = true, ConfidenceHigh
 		out.Reason = fmt.Sprintf("%d independent signals agree (%s).", len(sources), strings.Join(sortedKeys(sources), ", "))
+	case strong:
+		// One engine is sure, another disagrees with less confidence: the
+		// rule needs no contradiction at all for a single engine.
+		out.Confidence = ConfidenceLow
+		out.Reason = fmt.Sprintf("%s %s it with high confidence, but other evidence disagrees: %s; laggard needs an independent second signal or a validation to state it.",
+			engineList(enginesOf(eff)), verb(len(enginesOf(eff)), "names", "name"), strings.Join(uniq(h.why), "; "))
+		weakAgainst = false
 	default:
 		out.Confidence = ConfidenceLow
-		out.Reason = fmt.Sprintf("only %s suggests it, with low confidence; laggard needs an independent second signal or a validation to state it.", engineList(enginesOf(eff)))
+		out.Reason = fmt.Sprintf("only %s %s it, with low confidence; laggard needs an independent second signal or a validation to state it.", engineList(enginesOf(eff)), verb(len(enginesOf(eff)), "suggests", "suggest"))
 	}
 	if partly && len(eff) > 0 {
 		out.Reason += " Part of the evidence is contradicted: " + strings.Join(uniq(h.why), "; ") + "."

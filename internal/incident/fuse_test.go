@@ -66,6 +66,13 @@ func TestFusionRules(t *testing.T) {
 			want{n: 1, state: StateOpen, conf: ConfidenceLow, contra: true}},
 		{"a clearance at another layer leaves the rank stated and is shown", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), leader("sf/l", 2, ConfidenceHigh), healthy}, now,
 			want{n: 1, state: StateOpen, cause: []string{"rank:2"}, conf: ConfidenceHigh, contra: true}},
+		{"one engine sure, another disagreeing with low confidence: not stated", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), late(3, ConfidenceHigh),
+			func() Evidence {
+				e := finding(j, "kair/gap", EngineKair, KindKairCulprit, LayerOperator, CategoryUnknown, ConfidenceLow, 1000, 1900, RankTarget(6, ""))
+				e.Exclusive, e.Subject = true, "comm:world"
+				return e
+			}()}, now,
+			want{n: 1, state: StateOpen, conf: ConfidenceLow, contra: true}},
 		{"two findings from one signal are not independent", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), late(3, ConfidenceLow),
 			finding(j, "sysom/slow", EngineSysom, KindSysomSlowRank, LayerCollective, CategoryUnknown, ConfidenceLow, 1000, 1900, RankTarget(3, ""))}, now,
 			want{n: 1, state: StateOpen, conf: ConfidenceLow}},
