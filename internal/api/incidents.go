@@ -395,6 +395,13 @@ func apiPath(v string) (string, bool) {
 	if !strings.HasPrefix(abs.Path, apiRoot) || abs.Path == apiRoot {
 		return "", false
 	}
+	// An escaped dot segment (%2e%2e) survives resolution but a browser
+	// still climbs it (the URL standard reads it as "..").
+	for _, seg := range strings.Split(abs.Path, "/") {
+		if seg == "." || seg == ".." {
+			return "", false
+		}
+	}
 	return abs.String(), true
 }
 

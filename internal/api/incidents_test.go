@@ -382,3 +382,52 @@ func TestEngineViewOpenIncident(t *testing.T) {
 		}
 	}
 }
+
+// A view link is outside input (an uploaded or stored incident): whatever
+// it holds, the answer's link is a path under the API root or the
+// engine's view, never another site.
+func FuzzAPIPath(f *testing.F) {
+	for _, s := range []string{"jobs/j/greyhound?from_ns=5", "/api/v1/jobs/j", "//evil/x", "javascript:alert(1)", "../x", "/api/v1/../../x", "\\\\evil", "jobs/%2e%2e/%2e%2e/x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got, ok := apiPath(v)
+		if !ok {
+			if got != "" {
+				t.Fatalf("%q: refused but %q", v, got)
+			}
+			return
+		}
+		u, err := url.Parse(got)
+		if err != nil || u.Scheme != "" || u.Host != "" || !strings.HasPrefix(u.Path, apiRoot) || strings.HasPrefix(got, "//") {
+			t.Fatalf("%q became %q", v, got)
+		}
+		for _, seg := range strings.Split(u.Path, "/") {
+			if seg == ".." || seg == "." {
+				t.Fatalf("%q became %q, with a dot segment", v, got)
+			}
+		}
+	})
+}
+
+// Time parameters are outside input: an error names the parameter, a
+// value is a non-negative Unix-ns time.
+func FuzzTimeParam(f *testing.F) {
+	for _, s := range []string{"24h", "7d", "0", "2024-05-01T12:00:00Z", "1700000000", "-1h", "1e400d", "9223372036854775807", ".5d"} {
+		f.Add(s)
+	}
+	now := time.Unix(0, t0)
+	f.Fuzz(func(t *testing.T, v string) {
+		ns, err := timeParam(url.Values{"since": {v}}, "since", now, 0)
+		if err != nil {
+			var fe *signal.FieldError
+			if !errors.As(err, &fe) || fe.Field != "since" {
+				t.Fatalf("%q: %v does not name since", v, err)
+			}
+			return
+		}
+		if ns < 0 {
+			t.Fatalf("%q: %d", v, ns)
+		}
+	})
+}
