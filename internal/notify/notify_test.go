@@ -26,12 +26,12 @@ func testInc(id string, st incident.State) incident.Incident {
 		Schema: incident.Schema, ID: id, Job: "train-7", Incarnation: 0, State: st,
 		Opened:    incident.Point{WallNS: t0, Step: 1200},
 		HealthyMS: 100, SlowMS: 130,
-		Scope:     incident.Scope{Ranks: []int{3}, Hosts: []string{"h7"}},
-		Category:  incident.CategoryNetwork, Confidence: incident.ConfidenceHigh,
-		Cause:     []string{"rank:3"},
-		Headline:  "rank 3 on h7 slows every step by 30 ms (network)",
-		Lost:      incident.Lost{Seconds: 42.5, RankSeconds: 340, Steps: 1400},
-		Evidence:  []incident.Evidence{{ID: "e1", Engine: incident.EngineGreyhound, Text: strings.Repeat("x", 100)}},
+		Scope:    incident.Scope{Ranks: []int{3}, Hosts: []string{"h7"}},
+		Category: incident.CategoryNetwork, Confidence: incident.ConfidenceHigh,
+		Cause:           []string{"rank:3"},
+		Headline:        "rank 3 on h7 slows every step by 30 ms (network)",
+		Lost:            incident.Lost{Seconds: 42.5, RankSeconds: 340, Steps: 1400},
+		Evidence:        []incident.Evidence{{ID: "e1", Engine: incident.EngineGreyhound, Text: strings.Repeat("x", 100)}},
 		Recommendations: []incident.Recommendation{{Text: "drain h7 and run the NCCL link test"}},
 	}
 }
@@ -330,7 +330,9 @@ func TestQueueDropsOldestAndNeverBlocks(t *testing.T) {
 	cfg := fast(Config{Webhook: hook.srv.URL, WebhookSecret: []byte("0123456789abcdef0123")})
 	cfg.QueueLength = 2
 	n, _, logs := start(t, cfg)
-	open := func(id string) Change { return Change{Incident: testInc(id, incident.StateOpen), To: incident.StateOpen} }
+	open := func(id string) Change {
+		return Change{Incident: testInc(id, incident.StateOpen), To: incident.StateOpen}
+	}
 	n.Notify(open("first"))
 	<-hook.entered // the worker holds "first" in a post
 	for _, id := range []string{"a", "b", "c", "d"} {
