@@ -23,6 +23,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/ingest"
+	"github.com/laggard-dev/laggard/internal/notify"
 	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/symbolize"
 )
@@ -85,6 +86,9 @@ type Config struct {
 	// (HEAD/POST /api/v1/symbols/{buildid}), e.g. symbolize.OpenStore of
 	// <data dir>/symbols; nil answers those routes 501.
 	Symbols api.SymbolStore
+	// Notify sends incident state changes to Alertmanager and a webhook
+	// (notify.go); no sink: off.
+	Notify notify.Config
 }
 
 func (c *Config) setDefaults() {
@@ -138,6 +142,7 @@ type Server struct {
 	sysom      *analysis.Sysom     // nil without a stack keyspace or symbol store (sysom.go)
 	resolver   *symbolize.Resolver // names the stacks sysom reads
 	kair       *control.Kair       // nil without a capture keyspace (kair.go)
+	notifier   *notify.Notifier    // nil without a sink (notify.go)
 
 	mu        sync.Mutex
 	addr      net.Addr
@@ -246,6 +251,10 @@ func New(cfg Config, st Store) (*Server, error) {
 	}
 	s.handle(mux, "/", public, ui)
 	s.handler = s.instrument(s.guard(mux))
+	if err := s.startNotify(&cfg); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	return s, nil
 }
 
@@ -370,7 +379,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // is committed and acknowledged. Later ingest requests get 503. It does
 // not close the store.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() { s.stopLifecycle(); s.vectors.Close(); s.closeSysom() })
+	s.closeOnce.Do(func() { s.stopLifecycle(); s.vectors.Close(); s.closeSysom(); s.closeNotify() })
 	return nil
 }
 
