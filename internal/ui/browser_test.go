@@ -338,7 +338,7 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("job list shows each job's diagnosis and sorts", func(t *testing.T) {
 		p := tab(t, "#/")
-		p.wait(`document.querySelectorAll('tr[data-job]').length === 10`, "ten jobs")
+		p.wait(`document.querySelectorAll('tr[data-job]').length === 11`, "eleven jobs")
 		row := `tr[data-job="data-straggler-8"]`
 		if got := p.text(row + " .straggler"); got != "rank 2 · node-000" {
 			t.Errorf("data-straggler-8 straggler cell %q, want rank 2 · node-000", got)
@@ -747,7 +747,7 @@ func TestBrowser(t *testing.T) {
 		paged := httptest.NewServer(g.mux())
 		t.Cleanup(paged.Close)
 		p := browser{ctx: bctx, base: paged.URL, dir: dir}.open(t, "#/")
-		p.wait(`document.querySelectorAll('tr[data-job]').length === 10`, "all ten jobs from three pages")
+		p.wait(`document.querySelectorAll('tr[data-job]').length === 11`, "all eleven jobs from three pages")
 	})
 
 	t.Run("loading state", func(t *testing.T) {
