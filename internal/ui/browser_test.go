@@ -111,6 +111,13 @@ type browser struct {
 // open loads base/#hash in a new tab.
 func (b browser) open(t *testing.T, hash string) *page {
 	t.Helper()
+	return b.openWith(t, hash)
+}
+
+// openWith runs before (a script for every document, say) in the new tab
+// ahead of loading base/#hash.
+func (b browser) openWith(t *testing.T, hash string, before ...chromedp.Action[chromedp.Void]) *page {
+	t.Helper()
 	ctx, cancel := chromedp.NewContext(b.ctx)
 	t.Cleanup(cancel)
 	p := &page{t: t, ctx: ctx, dir: b.dir}
@@ -141,7 +148,7 @@ func (b browser) open(t *testing.T, hash string) *page {
 			}
 		}
 	}()
-	if err := chromedp.Do(ctx, chromedp.Navigate(b.base+"/"+hash)); err != nil {
+	if err := chromedp.Do(ctx, append(before, chromedp.Navigate(b.base+"/"+hash))...); err != nil {
 		t.Fatalf("navigate %s: %v", hash, err)
 	}
 	t.Cleanup(p.checkErrors)

@@ -66,7 +66,9 @@ func syncGolden(t *testing.T, glob string, files map[string][]byte, skip func(na
 		t.Fatal(err)
 	}
 	// Names are relative to testdata/ ("incidents/hosts.json").
-	rel := func(p string) string { return filepath.ToSlash(strings.TrimPrefix(p, "testdata"+string(filepath.Separator))) }
+	rel := func(p string) string {
+		return filepath.ToSlash(strings.TrimPrefix(p, "testdata"+string(filepath.Separator)))
+	}
 	for _, p := range onDisk {
 		if _, ok := files[rel(p)]; ok || (skip != nil && skip(rel(p))) {
 			continue

@@ -419,8 +419,8 @@ func ds8Incident(t testing.TB, w *world, related incident.Incident) incident.Inc
 			Support: ids(support...), Engines: engines(support...),
 		}, {
 			Target: j.rank(3), Confidence: incident.ConfidenceLow, Category: incident.CategoryCommunication,
-			Reason: "only the group comparison points at rank 3, and it cannot tell rank 3 from rank 2; every rank-level measurement names rank 2",
-			Chain:  []incident.ChainLink{link(incident.LayerCollective, ghCross, ghCross.Text, ghCross.Reason)},
+			Reason:  "only the group comparison points at rank 3, and it cannot tell rank 3 from rank 2; every rank-level measurement names rank 2",
+			Chain:   []incident.ChainLink{link(incident.LayerCollective, ghCross, ghCross.Text, ghCross.Reason)},
 			Support: ids(ghCross), Against: ids(ghLate, sySlow, kair), Engines: engines(ghCross),
 		}},
 		Lost: j.lost(healthy, cp.Step, last, true),
@@ -622,8 +622,8 @@ func reliefIncident(t testing.TB, w *world) incident.Incident {
 			h.Rank, host, 100*(slow-healthy)/healthy, onset.Step, relief.Step, fmtClock(resolved.WallNS)),
 		Hypotheses: []incident.Hypothesis{{
 			Target: rk, Stated: true, Confidence: incident.ConfidenceHigh, Category: incident.CategoryData,
-			Reason: "StageFrontier names it with high confidence and no other engine contradicts",
-			Chain:  []incident.ChainLink{link(incident.LayerStage, sfLeader, sfLeader.Text, sfLeader.Reason)},
+			Reason:  "StageFrontier names it with high confidence and no other engine contradicts",
+			Chain:   []incident.ChainLink{link(incident.LayerStage, sfLeader, sfLeader.Text, sfLeader.Reason)},
 			Support: ids(sfLeader), Engines: engines(sfLeader),
 		}},
 		Lost: j.lost(healthy, onset.Step, relief.Step-1, false),
@@ -782,8 +782,8 @@ func absorbedIncident(t testing.TB, w *world) incident.Incident {
 			Support: ids(support...), Engines: engines(support...),
 		}, {
 			Target: r4, Confidence: incident.ConfidenceLow, Category: incident.CategoryCompute,
-			Reason: "rank 4 is late into the all-reduce, but the validation found its GPU normal: its lateness follows from the slow link",
-			Chain:  []incident.ChainLink{link(incident.LayerCollective, ghLate, ghLate.Text, ghLate.Reason)},
+			Reason:  "rank 4 is late into the all-reduce, but the validation found its GPU normal: its lateness follows from the slow link",
+			Chain:   []incident.ChainLink{link(incident.LayerCollective, ghLate, ghLate.Text, ghLate.Reason)},
 			Support: ids(ghLate), Against: ids(ghValidation), Engines: engines(ghLate),
 		}},
 		Lost: j.lost(healthy, cp.Step, last, false),
