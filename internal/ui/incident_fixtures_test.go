@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -164,6 +165,46 @@ func (j *incJob) windowReport(t testing.TB, w *world, from, to, rf, rt int64) *a
 	return rep
 }
 
+// frame is what every onset-only incident starts from: the onset, the
+// last step, the windows, the healthy and slow step times, and
+// StageFrontier's onset and step-time evidence.
+type frame struct {
+	cp             analysis.ChangePoint
+	last           int64
+	win            incident.Windows
+	healthy, slow  float64
+	onset, samples incident.Evidence
+}
+
+func (j *incJob) frame() frame {
+	cp := j.onset()
+	last := j.steps[len(j.steps)-1]
+	win := incident.Windows{Before: j.span(3, cp.Step-1), During: j.span(cp.Step, last)}
+	return frame{cp: cp, last: last, win: win, healthy: j.median(3, cp.Step-1), slow: j.median(cp.Step, last),
+		onset: j.stageChange(cp, win, j.reportView(win)), samples: j.progress(last, win)}
+}
+
+// stageChange is StageFrontier's change point cp as evidence.
+func (j *incJob) stageChange(cp analysis.ChangePoint, win incident.Windows, view string) incident.Evidence {
+	sig, text := incident.SignalOnset, fmt.Sprintf("Step time rose from %.0f ms to %.0f ms at step %d (+%.0f%%).", cp.BeforeMS, cp.AfterMS, cp.Step, 100*cp.Rel)
+	if cp.Kind == analysis.Relief {
+		sig, text = incident.SignalRelief, fmt.Sprintf("Step time fell back from %.0f ms to %.0f ms at step %d.", cp.BeforeMS, cp.AfterMS, cp.Step)
+	}
+	return j.ev(incident.KindStageChange, strconv.FormatInt(cp.Step, 10), sig, j.span(cp.Step, cp.Step), text, func(e *incident.Evidence) {
+		e.Layer, e.Confidence, e.BeforeMS, e.AfterMS, e.Verified = incident.LayerStage, incident.ConfidenceHigh, cp.BeforeMS, cp.AfterMS, true
+		e.View = view
+		e.Detail = detail(cp)
+	})
+}
+
+// progress is StageFrontier's step times of steps 3–last.
+func (j *incJob) progress(last int64, win incident.Windows) incident.Evidence {
+	return j.ev(incident.KindProgress, "0", incident.SignalProgress, j.span(3, last), fmt.Sprintf("Step times of steps 3–%d.", last), func(e *incident.Evidence) {
+		e.Samples, e.Ranks = j.samples(3, last), j.ranks
+		e.View = j.reportView(win)
+	})
+}
+
 // The view links the API puts on each piece of evidence: an API path
 // with the incident's window preset (the UI maps it to its own route).
 func (j *incJob) path(view string, q url.Values) string {
@@ -248,9 +289,7 @@ func engines(evs ...incident.Evidence) []incident.Engine {
 // finish orders the evidence in time, sets the schema and the windows.
 func finish(inc incident.Incident) incident.Incident {
 	inc.Schema = incident.Schema
-	slices.SortStableFunc(inc.Evidence, func(a, b incident.Evidence) int {
-		return int(max(-1, min(1, a.Window.FromNS-b.Window.FromNS)))
-	})
+	slices.SortStableFunc(inc.Evidence, func(a, b incident.Evidence) int { return cmp.Compare(a.Window.FromNS, b.Window.FromNS) })
 	return inc
 }
 
@@ -264,7 +303,7 @@ func incidentWorld(t testing.TB) ([]incident.Incident, []incident.HostRow) {
 	relief := reliefIncident(t, w)
 	ds8 := ds8Incident(t, w, relief)
 	incs := []incident.Incident{ds8, tieIncident(t, w), absorbedIncident(t, w), uniformIncident(t, w), relief}
-	slices.SortStableFunc(incs, func(a, b incident.Incident) int { return int(max(-1, min(1, b.Opened.WallNS-a.Opened.WallNS))) })
+	slices.SortStableFunc(incs, func(a, b incident.Incident) int { return cmp.Compare(b.Opened.WallNS, a.Opened.WallNS) })
 	return incs, fleetRows(incs)
 }
 
@@ -272,10 +311,8 @@ func incidentWorld(t testing.TB) ([]incident.Incident, []incident.HostRow) {
 // takes its CPU; StageFrontier, Greyhound, SysOM-AI and KAIR agree.
 func ds8Incident(t testing.TB, w *world, related incident.Incident) incident.Incident {
 	j := newIncJob(t, w, "data-straggler-8", incNow.Add(-76*time.Second))
-	cp := j.onset()
-	last := j.steps[len(j.steps)-1]
-	win := incident.Windows{Before: j.span(3, cp.Step-1), During: j.span(cp.Step, last)}
-	healthy, slow := j.median(3, cp.Step-1), j.median(cp.Step, last)
+	fr := j.frame()
+	cp, last, win, healthy, slow, sfOnset, sfProgress := fr.cp, fr.last, fr.win, fr.healthy, fr.slow, fr.onset, fr.samples
 	h := j.rep.Headline
 	on := j.span(cp.Step, cp.Step)
 	host := j.host(h.Rank)
@@ -285,17 +322,6 @@ func ds8Incident(t testing.TB, w *world, related incident.Incident) incident.Inc
 		links = append(links, incident.LinkTarget(r, (r+1)%j.ranks))
 	}
 
-	sfOnset := j.ev(incident.KindStageChange, "140", incident.SignalOnset, on,
-		fmt.Sprintf("Step time rose from %.0f ms to %.0f ms at step %d (+%.0f%%).", cp.BeforeMS, cp.AfterMS, cp.Step, 100*cp.Rel), func(e *incident.Evidence) {
-			e.Layer, e.Confidence, e.BeforeMS, e.AfterMS, e.Verified = incident.LayerStage, incident.ConfidenceHigh, cp.BeforeMS, cp.AfterMS, true
-			e.View = j.reportView(win)
-			e.Detail = detail(cp)
-		})
-	sfProgress := j.ev(incident.KindProgress, "0", incident.SignalProgress, j.span(3, last),
-		fmt.Sprintf("Step times of steps 3–%d.", last), func(e *incident.Evidence) {
-			e.Samples, e.Ranks = j.samples(3, last), j.ranks
-			e.View = j.reportView(win)
-		})
 	sfLeader := j.ev(incident.KindStageLeader, "140-data", incident.SignalFinding, win.During,
 		fmt.Sprintf("Rank %d on %s finishes data loading last in %.0f%% of the slow steps; data loading rose %.1f ms per step.",
 			h.Rank, host, 100*h.Confidence, cp.Stages[0].DeltaMS), func(e *incident.Evidence) {
@@ -457,22 +483,11 @@ func ds8Incident(t testing.TB, w *world, related incident.Incident) incident.Inc
 // stated and both hypotheses stay.
 func tieIncident(t testing.TB, w *world) incident.Incident {
 	j := newIncJob(t, w, "tie", incNow.Add(-3*time.Minute))
-	cp := j.onset()
-	last := j.steps[len(j.steps)-1]
-	win := incident.Windows{Before: j.span(3, cp.Step-1), During: j.span(cp.Step, last)}
-	healthy, slow := j.median(3, cp.Step-1), j.median(cp.Step, last)
+	fr := j.frame()
+	cp, last, win, healthy, slow, sfOnset, sfProgress := fr.cp, fr.last, fr.win, fr.healthy, fr.slow, fr.onset, fr.samples
 	h := j.rep.Headline
 	r1, r3 := j.rank(1), j.rank(3)
 	on := j.span(cp.Step, cp.Step)
-	sfOnset := j.ev(incident.KindStageChange, "80", incident.SignalOnset, on,
-		fmt.Sprintf("Step time rose from %.0f ms to %.0f ms at step %d (+%.0f%%).", cp.BeforeMS, cp.AfterMS, cp.Step, 100*cp.Rel), func(e *incident.Evidence) {
-			e.Layer, e.Confidence, e.BeforeMS, e.AfterMS, e.Verified = incident.LayerStage, incident.ConfidenceHigh, cp.BeforeMS, cp.AfterMS, true
-			e.View = j.reportView(win)
-		})
-	sfProgress := j.ev(incident.KindProgress, "0", incident.SignalProgress, j.span(3, last), fmt.Sprintf("Step times of steps 3–%d.", last), func(e *incident.Evidence) {
-		e.Samples, e.Ranks = j.samples(3, last), j.ranks
-		e.View = j.reportView(win)
-	})
 	sfTie := j.ev(incident.KindStageLeader, "80-data", incident.SignalFinding, win.During,
 		"No single rank: ranks 1 and 3 tie for the last to finish data loading.", func(e *incident.Evidence) {
 			e.Subject, e.Layer, e.Category, e.Confidence, e.Withheld = "stage:"+h.Stage, incident.LayerStage, incident.CategoryData, incident.ConfidenceWithheld, string(h.Withheld)
@@ -588,20 +603,9 @@ func reliefIncident(t testing.TB, w *world) incident.Incident {
 	}
 	host := j.host(h.Rank)
 	rk := j.rank(h.Rank)
-	sfOnset := j.ev(incident.KindStageChange, "40", incident.SignalOnset, j.span(onset.Step, onset.Step),
-		fmt.Sprintf("Step time rose from %.0f ms to %.0f ms at step %d (+%.0f%%).", onset.BeforeMS, onset.AfterMS, onset.Step, 100*onset.Rel), func(e *incident.Evidence) {
-			e.Layer, e.Confidence, e.BeforeMS, e.AfterMS, e.Verified = incident.LayerStage, incident.ConfidenceHigh, onset.BeforeMS, onset.AfterMS, true
-			e.View = j.reportView(win)
-		})
-	sfRelief := j.ev(incident.KindStageChange, "120", incident.SignalRelief, j.span(relief.Step, relief.Step),
-		fmt.Sprintf("Step time fell back from %.0f ms to %.0f ms at step %d.", relief.BeforeMS, relief.AfterMS, relief.Step), func(e *incident.Evidence) {
-			e.Layer, e.Confidence, e.BeforeMS, e.AfterMS, e.Verified = incident.LayerStage, incident.ConfidenceHigh, relief.BeforeMS, relief.AfterMS, true
-			e.View = j.path("report", url.Values{"from": {ns(relief.Step)}, "to": {ns(last)}, "ref_from": {ns(onset.Step)}, "ref_to": {ns(relief.Step - 1)}})
-		})
-	sfProgress := j.ev(incident.KindProgress, "0", incident.SignalProgress, j.span(3, last), fmt.Sprintf("Step times of steps 3–%d.", last), func(e *incident.Evidence) {
-		e.Samples, e.Ranks = j.samples(3, last), j.ranks
-		e.View = j.reportView(win)
-	})
+	sfOnset := j.stageChange(onset, win, j.reportView(win))
+	sfRelief := j.stageChange(relief, win, j.path("report", url.Values{"from": {ns(relief.Step)}, "to": {ns(last)}, "ref_from": {ns(onset.Step)}, "ref_to": {ns(relief.Step - 1)}}))
+	sfProgress := j.progress(last, win)
 	sfLeader := j.ev(incident.KindStageLeader, "40-data", incident.SignalFinding, win.During,
 		fmt.Sprintf("Rank %d on %s finishes data loading last in %.0f%% of the slow steps.", h.Rank, host, 100*h.Confidence), func(e *incident.Evidence) {
 			e.Targets, e.Subject, e.Exclusive = []incident.Target{rk}, "stage:"+h.Stage, true
@@ -647,21 +651,10 @@ func reliefIncident(t testing.TB, w *world) incident.Incident {
 // uniformIncident: every rank's backward pass slowed alike.
 func uniformIncident(t testing.TB, w *world) incident.Incident {
 	j := newIncJob(t, w, "uniform-8", incNow.Add(-10*time.Minute))
-	cp := j.onset()
-	last := j.steps[len(j.steps)-1]
-	win := incident.Windows{Before: j.span(3, cp.Step-1), During: j.span(cp.Step, last)}
-	healthy, slow := j.median(3, cp.Step-1), j.median(cp.Step, last)
+	fr := j.frame()
+	cp, last, win, healthy, slow, sfOnset, sfProgress := fr.cp, fr.last, fr.win, fr.healthy, fr.slow, fr.onset, fr.samples
 	h := j.rep.Headline
 	all := incident.JobTarget()
-	sfOnset := j.ev(incident.KindStageChange, "80", incident.SignalOnset, j.span(cp.Step, cp.Step),
-		fmt.Sprintf("Step time rose from %.0f ms to %.0f ms at step %d (+%.0f%%).", cp.BeforeMS, cp.AfterMS, cp.Step, 100*cp.Rel), func(e *incident.Evidence) {
-			e.Layer, e.Confidence, e.BeforeMS, e.AfterMS, e.Verified = incident.LayerStage, incident.ConfidenceHigh, cp.BeforeMS, cp.AfterMS, true
-			e.View = j.reportView(win)
-		})
-	sfProgress := j.ev(incident.KindProgress, "0", incident.SignalProgress, j.span(3, last), fmt.Sprintf("Step times of steps 3–%d.", last), func(e *incident.Evidence) {
-		e.Samples, e.Ranks = j.samples(3, last), j.ranks
-		e.View = j.reportView(win)
-	})
 	sfAlike := j.ev(incident.KindStageLeader, "80-backward", incident.SignalFinding, win.During,
 		fmt.Sprintf("No rank stands out: every rank's own backward pass rose alike, by %.0f ms per step.", cp.Stages[0].DeltaMS), func(e *incident.Evidence) {
 			e.Targets, e.Subject = []incident.Target{all}, "stage:"+h.Stage
@@ -717,22 +710,11 @@ func uniformIncident(t testing.TB, w *world) incident.Incident {
 // and its validation the link 4→5 slow, with rank 4's GPU healthy.
 func absorbedIncident(t testing.TB, w *world) incident.Incident {
 	j := newIncJob(t, w, "absorbed-backward", incNow.Add(-4*time.Minute))
-	cp := j.onset()
-	last := j.steps[len(j.steps)-1]
-	win := incident.Windows{Before: j.span(3, cp.Step-1), During: j.span(cp.Step, last)}
-	healthy, slow := j.median(3, cp.Step-1), j.median(cp.Step, last)
+	fr := j.frame()
+	cp, last, win, healthy, slow, sfOnset, sfProgress := fr.cp, fr.last, fr.win, fr.healthy, fr.slow, fr.onset, fr.samples
 	h := j.rep.Headline
 	lk := incident.LinkTarget(absorbedRank, absorbedRank+1)
 	r4 := j.rank(absorbedRank)
-	sfOnset := j.ev(incident.KindStageChange, "80", incident.SignalOnset, j.span(cp.Step, cp.Step),
-		fmt.Sprintf("Step time rose from %.0f ms to %.0f ms at step %d (+%.0f%%).", cp.BeforeMS, cp.AfterMS, cp.Step, 100*cp.Rel), func(e *incident.Evidence) {
-			e.Layer, e.Confidence, e.BeforeMS, e.AfterMS, e.Verified = incident.LayerStage, incident.ConfidenceHigh, cp.BeforeMS, cp.AfterMS, true
-			e.View = j.reportView(win)
-		})
-	sfProgress := j.ev(incident.KindProgress, "0", incident.SignalProgress, j.span(3, last), fmt.Sprintf("Step times of steps 3–%d.", last), func(e *incident.Evidence) {
-		e.Samples, e.Ranks = j.samples(3, last), j.ranks
-		e.View = j.reportView(win)
-	})
 	sfAbsorbed := j.ev(incident.KindStageLeader, "80-backward", incident.SignalFinding, win.During,
 		"No rank named in the backward pass: every rank leaves it together, because the all-reduce inside it waits for the slowest.", func(e *incident.Evidence) {
 			e.Subject, e.Layer, e.Confidence, e.Withheld = "stage:"+h.Stage, incident.LayerStage, incident.ConfidenceWithheld, string(h.Withheld)
@@ -846,10 +828,7 @@ func fleetRows(incs []incident.Incident) []incident.HostRow {
 		out = append(out, *rows[k])
 	}
 	slices.SortStableFunc(out, func(a, b incident.HostRow) int {
-		if a.Incidents != b.Incidents {
-			return b.Incidents - a.Incidents
-		}
-		return int(max(-1, min(1, int64(math.Round(b.LostSeconds-a.LostSeconds)))))
+		return cmp.Or(cmp.Compare(b.Incidents, a.Incidents), cmp.Compare(b.LostSeconds, a.LostSeconds))
 	})
 	return out
 }

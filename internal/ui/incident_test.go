@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -38,8 +38,6 @@ type incidentFake struct {
 	hosts []incident.HostRow  // all time
 	sysom *sysomFake
 	kair  *kairFake
-	mu    sync.Mutex
-	reqs  []string
 }
 
 func newIncidentFake(t testing.TB) *incidentFake {
@@ -68,35 +66,13 @@ func newIncidentFake(t testing.TB) *incidentFake {
 	if len(f.incs) != 5 {
 		t.Fatalf("%d incidents in testdata/incidents, want 5", len(f.incs))
 	}
-	slices.SortStableFunc(f.incs, func(a, b incident.Incident) int { return -cmpInt64(a.Opened.WallNS, b.Opened.WallNS) })
+	slices.SortStableFunc(f.incs, func(a, b incident.Incident) int { return cmp.Compare(b.Opened.WallNS, a.Opened.WallNS) })
 	var hosts struct {
 		Hosts []incident.HostRow `json:"hosts"`
 	}
 	strict(filepath.Join("testdata", "incidents", "hosts.json"), &hosts)
 	f.hosts = hosts.Hosts
 	return f
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func (f *incidentFake) requests(prefix string) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for _, r := range f.reqs {
-		if strings.HasPrefix(r, prefix) {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // nsQuery reads a Unix-epoch nanosecond parameter (0 when absent).
@@ -114,13 +90,7 @@ func nsQuery(q url.Values, name string) (int64, error) {
 
 func (f *incidentFake) mux() *http.ServeMux {
 	mux := http.NewServeMux()
-	log := func(r *http.Request) {
-		f.mu.Lock()
-		f.reqs = append(f.reqs, r.URL.RequestURI())
-		f.mu.Unlock()
-	}
 	mux.HandleFunc("GET /api/v1/incidents", func(w http.ResponseWriter, r *http.Request) {
-		log(r)
 		q := r.URL.Query()
 		state := incident.State(q.Get("state"))
 		switch state {
@@ -155,7 +125,6 @@ func (f *incidentFake) mux() *http.ServeMux {
 		writeJSON(w, http.StatusOK, map[string]any{"incidents": out})
 	})
 	mux.HandleFunc("GET /api/v1/incidents/{id}", func(w http.ResponseWriter, r *http.Request) {
-		log(r)
 		for _, inc := range f.incs {
 			if inc.ID == r.PathValue("id") {
 				writeJSON(w, http.StatusOK, inc)
@@ -167,7 +136,6 @@ func (f *incidentFake) mux() *http.ServeMux {
 	// The fleet over a period: the rows of the incidents active since then
 	// (all time: hosts.json).
 	mux.HandleFunc("GET /api/v1/hosts", func(w http.ResponseWriter, r *http.Request) {
-		log(r)
 		since, err := nsQuery(r.URL.Query(), "since")
 		if err != nil {
 			fail(w, err)
@@ -711,8 +679,9 @@ func TestBrowserIncidents(t *testing.T) {
 			t.Error("resolved incidents listed for the last hour")
 		}
 		hour := incNow.Add(-3600e9).UnixNano()
-		if got := f.requests("/api/v1/hosts?since="); !slices.ContainsFunc(got, func(r string) bool {
-			v, _ := strconv.ParseInt(strings.TrimPrefix(r, "/api/v1/hosts?since="), 10, 64)
+		if got := p.resources("/api/v1/hosts?since="); !slices.ContainsFunc(got, func(r string) bool {
+			_, q, _ := strings.Cut(r, "?since=")
+			v, _ := strconv.ParseInt(q, 10, 64)
 			return v >= hour && v < hour+60e9
 		}) {
 			t.Errorf("hosts asked %v, want since ≈ %d", got, hour)

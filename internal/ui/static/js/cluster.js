@@ -15,6 +15,7 @@ import { incidentTable, fmtSeconds, categoryText, incidentLink } from './inciden
 
 const PERIODS = [['1h', 3600], ['24h', 86400], ['7d', 7 * 86400], ['30d', 30 * 86400], ['all', 0]];
 const DEFAULT_PERIOD = '24h';
+const RESOLVED_LIMIT = 200;
 
 // periodOf reads the URL's period; since is in Unix-epoch nanoseconds by
 // the browser's clock (0: all time).
@@ -36,7 +37,7 @@ export async function loadCluster(route, signal, fresh) {
   const [open, rec, res, hosts] = await Promise.all([
     cachedJSON(incidentsPath({ state: 'open' }), signal, fresh),
     soft(cachedJSON(incidentsPath({ state: 'recovering' }), signal, fresh)),
-    soft(cachedJSON(incidentsPath(per.since ? { state: 'resolved', since: per.since } : { state: 'resolved' }), signal, fresh)),
+    soft(cachedJSON(incidentsPath({ state: 'resolved', limit: RESOLVED_LIMIT, ...(per.since ? { since: per.since } : {}) }), signal, fresh)),
     soft(cachedJSON(hostsPath(per.since), signal, fresh)),
   ]);
   const unresolved = [...(open.incidents || []), ...((rec.v && rec.v.incidents) || [])]
@@ -71,7 +72,8 @@ export function renderCluster(main, route, m) {
     el('section', { class: 'card', id: 'resolved-incidents', 'aria-labelledby': 'resolved-title' },
       el('h2', { id: 'resolved-title' }, 'Resolved in the period', el('span', { class: 'sub' }, m.per.seconds ? `since the start of the last ${m.per.key}` : 'all time')),
       m.resolved.e ? el('p', { class: 'error-line' }, `Cannot list the resolved incidents: ${m.resolved.e.message}`)
-        : resolved.length ? incidentTable(resolved, { job: true, cls: 'inc-resolved-table', caption: 'resolved incidents' }) : el('p', { class: 'muted' }, 'None.')));
+        : resolved.length ? [resolved.length >= RESOLVED_LIMIT ? el('p', { class: 'note' }, `The newest ${RESOLVED_LIMIT} shown.`) : null,
+          incidentTable(resolved, { job: true, cls: 'inc-resolved-table', caption: 'resolved incidents' })] : el('p', { class: 'muted' }, 'None.')));
 }
 
 // targetWords names a fleet row: "host node-000", "link 4 → 5 in job J".

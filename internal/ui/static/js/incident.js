@@ -14,7 +14,7 @@ import { fmtMs, fmtInt, fmtTime, fmtDate, fmtDur } from './format.js';
 import { jobHref, incidentHref } from './state.js';
 import {
   stateBadge, confBadge, causeText, lostText, sinceText, slowerText, ago, scopeText, categoryText, chainRows, targetText, targetKey,
-  engineName, engineColor, kindText, requestText, requestTerm, viewHref, windowLinks, incidentTable, ENGINES,
+  engineName, engineColor, kindText, requestText, requestTerm, viewHref, windowLinks, incidentTable, ENGINES, JOB_LIMIT,
 } from './incidents.js';
 import { drawIncidentChart, chartLegend } from './incidentchart.js';
 
@@ -28,7 +28,7 @@ export async function loadIncident(route, signal, fresh) {
   });
   const [job, others] = await Promise.all([
     soft(cachedJSON(`jobs/${encodeURIComponent(inc.job)}`, signal, false)),
-    soft(cachedJSON(incidentsPath({ job: inc.job }), signal, fresh)),
+    soft(cachedJSON(incidentsPath({ job: inc.job, limit: JOB_LIMIT }), signal, fresh)),
   ]);
   return { inc, job, others: (others && others.incidents) || null };
 }

@@ -154,14 +154,14 @@ export function viewHref(path) {
   if (!path) return null;
   let u;
   try {
-    u = new URL(path, 'http://laggard.invalid/');
+    u = new URL(path, document.baseURI); // any base: only the path and query are read
   } catch (e) {
     return null;
   }
   let p = u.pathname.replace(/^\/+/, '');
   const at = p.indexOf('api/v1/');
   if (at >= 0) p = p.slice(at + 'api/v1/'.length);
-  const m = p.match(/^jobs\/([^/]+)(?:\/(.*?))?\/?$/);
+  const m = p.match(/(?:^|\/)jobs\/([^/]+)(?:\/(.*?))?\/?$/);
   if (!m) return null;
   const job = decodeURIComponent(m[1]);
   const rest = m[2] || '';
@@ -230,7 +230,7 @@ export function viewHref(path) {
     }
   }
   out.set('section', section);
-  return { href: jobHref(job, out), section, job, api: '/api/v1/' + p + u.search };
+  return { href: jobHref(job, out), section, job, api: `/api/v1/jobs/${m[1]}${rest ? '/' + rest : ''}${u.search}` };
 }
 
 // captureOf is the KAIR capture the incident has: the newest capture in
@@ -283,12 +283,15 @@ export function windowLinks(inc) {
 }
 
 // ---------- loading ----------
+// JOB_LIMIT bounds the job page's list (the newest; the count says so).
+export const JOB_LIMIT = 50;
+
 // loadJobIncidents never rejects (the page must not fail for it):
 // {list} newest first, {missing} when the server has no incident routes,
 // {error}, or {aborted}.
 export async function loadJobIncidents(id, signal, fresh) {
   try {
-    const body = await cachedJSON(incidentsPath({ job: id }), signal, fresh);
+    const body = await cachedJSON(incidentsPath({ job: id, limit: JOB_LIMIT }), signal, fresh);
     return { list: (body && body.incidents) || [] };
   } catch (e) {
     if (e.name === 'AbortError') return { aborted: true };
@@ -344,7 +347,7 @@ export function incidentsCard(x, jobId) {
   const shown = stated.length ? stated : (cur.hypotheses || []).slice(0, 1);
   const open = list.filter((i) => i.state !== 'resolved').length;
   return el('section', { class: 'card inc-card', id: 'incidents', 'aria-labelledby': 'inc-card-title', 'data-incident': cur.id },
-    head(`${fmtInt(list.length)} incident${list.length === 1 ? '' : 's'} · ${open ? `${open} open` : 'none open'} · one diagnosis per slowdown across every engine`),
+    head(`${list.length >= JOB_LIMIT ? 'the newest ' : ''}${fmtInt(list.length)} incident${list.length === 1 ? '' : 's'} · ${open ? `${open} open` : 'none open'} · one diagnosis per slowdown across every engine`),
     el('div', { class: 'inc-current' },
       el('div', { class: 'inc-current-top' }, stateBadge(cur.state), confBadge(cur.confidence),
         el('span', { class: 'muted small' }, cur.state === 'resolved' ? 'the latest incident' : 'the open incident'),
