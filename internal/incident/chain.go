@@ -1,0 +1,486 @@
+package incident
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// build turns an assembled incident into its published form.
+func (f *fuser) build(b *building, next int64, live []Incident, used map[string]bool) Incident {
+	cfg := f.cfg
+	opener := b.onsets[0]
+	inc := Incident{Schema: Schema, Job: f.in.Job, Incarnation: opener.Incarnation, State: StateOpen, Opened: b.openedAt}
+	for _, o := range b.onsets {
+		inc.Onset = append(inc.Onset, o.ID)
+	}
+	for _, r := range b.reliefs {
+		inc.Relief = append(inc.Relief, r.ID)
+	}
+	all := slices.Concat(b.onsets, b.reliefs, b.findings, b.states)
+	slices.SortFunc(all, compareEvidence)
+	// The newest point the job is known to have reached.
+	end := b.openedAt
+	incs := map[int]bool{}
+	for _, e := range all {
+		incs[e.Incarnation] = true
+		if t := max(f.wallEnd(e), e.AtNS); t > end.WallNS {
+			end.WallNS = t
+		}
+		end.Step = max(end.Step, e.Window.ToStep)
+	}
+	if last, ok := f.prog.lastBefore(next); ok && last.WallNS > end.WallNS {
+		end = Point{WallNS: last.WallNS, Step: last.Step}
+	}
+	inc.Updated = end
+	if len(incs) > 1 {
+		for k := range incs {
+			inc.Incarnations = append(inc.Incarnations, k)
+		}
+		slices.Sort(inc.Incarnations)
+	}
+	inc.Relapses = b.relapses
+
+	// Resolution: recovered, held for the hold-down in time and steps.
+	lostEnd := end
+	if b.relief != nil {
+		inc.State = StateRecovering
+		lostEnd = b.reliefAt
+		if b.reliefByRun {
+			inc.Relief = append(inc.Relief, "progress")
+		}
+		heldTime := max(f.in.NowNS, end.WallNS)-b.reliefAt.WallNS >= int64(cfg.HoldDown)
+		heldSteps := len(f.prog.s) == 0 || f.prog.stepsAfter(b.reliefAt) >= cfg.HoldDownSteps
+		if heldTime && heldSteps {
+			inc.State = StateResolved
+			r := b.reliefAt
+			inc.Resolved = &r
+			inc.ResolvedBy = ResolvedRelief
+			if b.reliefByRun {
+				inc.ResolvedBy = ResolvedSeries
+			}
+		}
+	}
+	if st := f.in.Stopped; st != nil && inc.State != StateResolved && next < 0 && st.WallNS >= b.openedAt.WallNS {
+		inc.State, inc.ResolvedBy = StateResolved, ResolvedStopped
+		r := *st
+		inc.Resolved = &r
+		lostEnd = r
+	}
+	inc.HealthyMS = f.healthy(b)
+	if inc.HealthyMS == 0 {
+		for _, o := range b.onsets {
+			if o.BeforeMS > 0 {
+				inc.HealthyMS, inc.SlowMS = o.BeforeMS, o.AfterMS
+				break
+			}
+		}
+	}
+	if inc.SlowMS == 0 {
+		inc.SlowMS = f.slowMS(b, lostEnd)
+	}
+	inc.Lost = f.lost(b, lostEnd)
+	inc.Windows = f.windows(b, lostEnd, next)
+
+	f.hypotheses(&inc, b)
+
+	// Identity: continue a live prior incident, else a new one.
+	if p := matchPrior(&inc, live, used); p != nil {
+		inc.ID, inc.DetectedNS = p.ID, p.DetectedNS
+		used[p.ID] = true
+		inc.Related = p.Related
+	} else {
+		inc.ID, inc.DetectedNS = newID(f.in.Job, opener), f.in.NowNS
+	}
+	f.audit(&inc, b)
+	inc.Waiting = waiting(&inc, all, f.in.Caps)
+	inc.Recommendations = recommend(&inc)
+	inc.Headline = headline(&inc)
+
+	kept := make([]Evidence, 0, len(all))
+	for _, e := range all {
+		kept = append(kept, *e)
+	}
+	inc.Evidence = trimEvidence(kept, inc.Onset, cfg.MaxEvidence)
+	return inc
+}
+
+// slowMS is the median step time during the incident on the series.
+func (f *fuser) slowMS(b *building, end Point) float64 {
+	var xs []float64
+	for i := range f.prog.s {
+		if !f.prog.before(i, b.openedAt) && f.prog.before(i, end) {
+			xs = append(xs, f.prog.s[i].MS)
+		}
+	}
+	if len(xs) == 0 {
+		return 0
+	}
+	return median(xs)
+}
+
+// windows: during is the incident; before is as long before the onset
+// (at least 50 steps, at most what the series holds); after is what
+// follows the relief.
+func (f *fuser) windows(b *building, end Point, next int64) Windows {
+	var w Windows
+	w.During = Span{FromStep: b.openedAt.Step, ToStep: end.Step, FromNS: b.openedAt.WallNS, ToNS: end.WallNS}
+	n := max(end.Step-b.openedAt.Step, 50)
+	w.Before = Span{FromStep: max(b.openedAt.Step-n, 0), ToStep: max(b.openedAt.Step-1, 0), ToNS: b.openedAt.WallNS}
+	w.Before.FromNS = f.prog.wallOf(b.onsets[0].Incarnation, w.Before.FromStep)
+	if b.relief != nil {
+		w.After = Span{FromStep: end.Step, FromNS: end.WallNS}
+		if last, ok := f.prog.lastBefore(next); ok {
+			w.After.ToStep, w.After.ToNS = last.Step, last.WallNS
+		}
+	}
+	return w
+}
+
+// trimEvidence keeps at most n pieces, always the onsets, else the newest.
+func trimEvidence(evs []Evidence, onsets []string, n int) []Evidence {
+	if len(evs) <= n {
+		return evs
+	}
+	keep := make([]bool, len(evs))
+	left := n
+	for i := range evs {
+		if slices.Contains(onsets, evs[i].ID) && left > 0 {
+			keep[i] = true
+			left--
+		}
+	}
+	for i := len(evs) - 1; i >= 0 && left > 0; i-- {
+		if !keep[i] {
+			keep[i] = true
+			left--
+		}
+	}
+	out := evs[:0:0]
+	for i := range evs {
+		if keep[i] {
+			out = append(out, evs[i])
+		}
+	}
+	return out
+}
+
+// hyp is a hypothesis while it is assembled.
+type hyp struct {
+	target  Target
+	support []*Evidence
+	against []*Evidence
+	why     []string
+}
+
+// hypotheses groups the findings by the target they name, weighs support
+// against contradiction, and states the ones that meet the rule
+// (docs/design/incidents.md "When a cause is stated"):
+//   - one engine names it with high confidence and no other contradicts, or
+//   - two independent engines name it;
+//
+// and a high-confidence contradiction (a measurement that clears it, or an
+// exclusive finding on the same subject naming another target) always
+// keeps it unstated.
+func (f *fuser) hypotheses(inc *Incident, b *building) {
+	finds := slices.Clone(b.findings)
+	for _, o := range b.onsets {
+		if o.Signal == SignalFinding {
+			finds = append(finds, o)
+		}
+	}
+	slices.SortFunc(finds, compareEvidence)
+	byKey := map[string]*hyp{}
+	var keys []string
+	for _, e := range finds {
+		if e.Signal != SignalFinding || e.Confidence == ConfidenceWithheld {
+			continue
+		}
+		for _, t := range e.Targets {
+			k := t.Key()
+			h := byKey[k]
+			if h == nil {
+				h = &hyp{target: t}
+				byKey[k] = h
+				keys = append(keys, k)
+			}
+			if h.target.Host == "" {
+				h.target.Host = t.Host
+			}
+			if !slices.Contains(h.support, e) {
+				h.support = append(h.support, e)
+			}
+		}
+	}
+	// Contradictions.
+	for _, k := range keys {
+		h := byKey[k]
+		for _, e := range finds {
+			if slices.Contains(h.support, e) {
+				continue
+			}
+			switch {
+			case (e.Signal == SignalHealthy || e.Signal == SignalFinding) && e.clears(k):
+				h.against = append(h.against, e)
+				h.why = append(h.why, fmt.Sprintf("%s measured %s normal", engineWords(e.Engine), targetWords(h.target)))
+			case e.Signal == SignalFinding && e.Exclusive && e.Confidence == ConfidenceHigh && len(e.Targets) > 0 && !e.names(k) && h.exclusiveOn(e.Subject):
+				h.against = append(h.against, e)
+				h.why = append(h.why, fmt.Sprintf("%s names %s instead", engineWords(e.Engine), targetWords(e.Targets[0])))
+			}
+		}
+	}
+	context := stageContext(b)
+	for _, k := range keys {
+		h := byKey[k]
+		inc.Hypotheses = append(inc.Hypotheses, h.publish(context))
+	}
+	slices.SortFunc(inc.Hypotheses, compareHyp)
+	inc.Confidence = ConfidenceWithheld
+	if len(inc.Hypotheses) > 0 {
+		inc.Confidence = ConfidenceLow
+	}
+	inc.Category = CategoryUnknown
+	for _, h := range inc.Hypotheses {
+		if !h.Stated {
+			continue
+		}
+		inc.Cause = append(inc.Cause, h.Target.Key())
+		inc.Confidence = ConfidenceHigh
+		if inc.Category == CategoryUnknown {
+			inc.Category = h.Category
+		}
+		addScope(&inc.Scope, h.Target)
+	}
+	if len(inc.Cause) == 0 {
+		inc.Scope = Scope{Whole: true}
+		if len(inc.Hypotheses) > 0 {
+			inc.Category = inc.Hypotheses[0].Category
+		}
+	}
+	for _, h := range inc.Hypotheses {
+		if len(h.Against) > 0 {
+			inc.Contradictions = append(inc.Contradictions, fmt.Sprintf("%s: %s", targetWords(h.Target), strings.TrimSuffix(h.Reason, ".")))
+		}
+	}
+}
+
+// exclusiveOn reports whether the hypothesis rests on an exclusive finding
+// about subject s.
+func (h *hyp) exclusiveOn(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, e := range h.support {
+		if e.Exclusive && e.Subject == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *hyp) publish(context []*Evidence) Hypothesis {
+	out := Hypothesis{Target: h.target, Category: CategoryUnknown}
+	engines := map[Engine]bool{}
+	strong := false
+	for _, e := range h.support {
+		out.Support = append(out.Support, e.ID)
+		engines[e.Engine] = true
+		if e.Confidence == ConfidenceHigh {
+			strong = true
+		}
+	}
+	for e := range engines {
+		out.Engines = append(out.Engines, e)
+	}
+	slices.Sort(out.Engines)
+	contradicted, weakAgainst := false, false
+	for _, e := range h.against {
+		out.Against = append(out.Against, e.ID)
+		if e.Confidence == ConfidenceHigh || e.Signal == SignalHealthy {
+			contradicted = true
+		} else {
+			weakAgainst = true
+		}
+	}
+	switch {
+	case contradicted:
+		out.Stated, out.Confidence = false, ConfidenceLow
+		out.Reason = "contradicted: " + strings.Join(uniq(h.why), "; ") + "."
+	case strong:
+		out.Stated, out.Confidence = true, ConfidenceHigh
+		out.Reason = fmt.Sprintf("%s names it with high confidence and no engine contradicts it.", engineList(out.Engines))
+	case len(out.Engines) >= 2:
+		out.Stated, out.Confidence = true, ConfidenceHigh
+		out.Reason = fmt.Sprintf("%d independent engines agree (%s).", len(out.Engines), engineList(out.Engines))
+	default:
+		out.Confidence = ConfidenceLow
+		out.Reason = fmt.Sprintf("only %s suggests it, with low confidence; laggard needs a second engine or a validation to state it.", engineList(out.Engines))
+	}
+	if weakAgainst && out.Stated {
+		out.Reason += " Some weaker evidence disagrees: " + strings.Join(uniq(h.why), "; ") + "."
+	}
+	out.Chain = chain(h.support, context)
+	out.Category = category(h.support)
+	return out
+}
+
+// stageContext is the evidence that explains where in the step the time
+// went without naming a target: the onset's stage shift and the engines'
+// withholdings (e.g. a delay absorbed inside a stage).
+func stageContext(b *building) []*Evidence {
+	var out []*Evidence
+	for _, e := range b.findings {
+		if e.Confidence == ConfidenceWithheld && e.Signal == SignalFinding {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// chain builds the cause chain: one link per (layer, engine), top to
+// bottom, with the stage-level context first.
+func chain(support, context []*Evidence) []ChainLink {
+	type key struct {
+		l Layer
+		e Engine
+	}
+	m := map[key]*ChainLink{}
+	add := func(e *Evidence) {
+		if e.Layer == "" {
+			return
+		}
+		k := key{e.Layer, e.Engine}
+		l := m[k]
+		if l == nil {
+			l = &ChainLink{Layer: e.Layer, Engine: e.Engine}
+			m[k] = l
+		}
+		l.Evidence = append(l.Evidence, e.ID)
+		// The strongest, then newest, statement speaks for the link.
+		if l.Text == "" || confRank(e.Confidence) >= confRank(l.Confidence) {
+			l.Text, l.Confidence, l.Reason = e.Text, e.Confidence, e.Reason
+		}
+	}
+	for _, e := range context {
+		add(e)
+	}
+	for _, e := range support {
+		add(e)
+	}
+	out := make([]ChainLink, 0, len(m))
+	for _, l := range m {
+		out = append(out, *l)
+	}
+	slices.SortFunc(out, func(a, b ChainLink) int {
+		return cmp.Or(cmp.Compare(LayerRank(a.Layer), LayerRank(b.Layer)), cmp.Compare(a.Engine, b.Engine))
+	})
+	return out
+}
+
+func confRank(c Confidence) int {
+	switch c {
+	case ConfidenceHigh:
+		return 2
+	case ConfidenceLow:
+		return 1
+	}
+	return 0
+}
+
+// category is the deepest known category among the support, high
+// confidence first: the deeper layer says more about why.
+func category(support []*Evidence) Category {
+	best, bestRank := CategoryUnknown, -1
+	for _, e := range support {
+		if e.Category == "" || e.Category == CategoryUnknown {
+			continue
+		}
+		r := confRank(e.Confidence)*100 + LayerRank(e.Layer)
+		if r > bestRank {
+			best, bestRank = e.Category, r
+		}
+	}
+	return best
+}
+
+func compareHyp(a, b Hypothesis) int {
+	return cmp.Or(
+		-cmpBool(a.Stated, b.Stated),
+		-cmp.Compare(len(a.Engines), len(b.Engines)),
+		-cmp.Compare(confRank(a.Confidence), confRank(b.Confidence)),
+		cmp.Compare(len(a.Against), len(b.Against)),
+		-cmp.Compare(len(a.Support), len(b.Support)),
+		cmp.Compare(a.Target.Key(), b.Target.Key()))
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+func addScope(s *Scope, t Target) {
+	switch t.Kind {
+	case TargetRank:
+		if !slices.Contains(s.Ranks, t.Rank) {
+			s.Ranks = append(s.Ranks, t.Rank)
+			slices.Sort(s.Ranks)
+		}
+	case TargetLink:
+		s.Links = append(s.Links, t)
+		sortTargets(s.Links)
+	case TargetGroup:
+		if !slices.Contains(s.Groups, t.Name) {
+			s.Groups = append(s.Groups, t.Name)
+			slices.Sort(s.Groups)
+		}
+	case TargetOperator:
+		if !slices.Contains(s.Operators, t.Name) {
+			s.Operators = append(s.Operators, t.Name)
+			slices.Sort(s.Operators)
+		}
+		if t.Rank >= 0 && !slices.Contains(s.Ranks, t.Rank) {
+			s.Ranks = append(s.Ranks, t.Rank)
+			slices.Sort(s.Ranks)
+		}
+	case TargetJob:
+		s.Whole = true
+	}
+	if t.Kind == TargetHost && t.Name != "" && !slices.Contains(s.Hosts, t.Name) {
+		s.Hosts = append(s.Hosts, t.Name)
+	}
+	if t.Host != "" && !slices.Contains(s.Hosts, t.Host) {
+		s.Hosts = append(s.Hosts, t.Host)
+	}
+	slices.Sort(s.Hosts)
+}
+
+func uniq(xs []string) []string {
+	out := slices.Clone(xs)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// audit attaches control's actions: those taken for this incident (by
+// ID), oldest first, at most MaxAudit (the newest kept).
+func (f *fuser) audit(inc *Incident, b *building) {
+	for _, a := range f.in.Actions {
+		if a.Incident == inc.ID {
+			inc.Audit = append(inc.Audit, a)
+		}
+	}
+	slices.SortFunc(inc.Audit, func(a, b Action) int {
+		return cmp.Or(cmp.Compare(a.AtNS, b.AtNS), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Result, b.Result), cmp.Compare(a.Ref, b.Ref))
+	})
+	if n := len(inc.Audit); n > f.cfg.MaxAudit {
+		inc.Audit = inc.Audit[n-f.cfg.MaxAudit:]
+	}
+	if inc.Audit == nil {
+		inc.Audit = []Action{}
+	}
+}
