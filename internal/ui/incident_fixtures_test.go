@@ -39,12 +39,17 @@ import (
 //	uniform-8         open, every rank slowed alike (no rank, no host)
 //	absorbed-backward open, the delay StageFrontier cannot place (absorbed
 //	                  in the backward pass) named by Greyhound: a slow link
+//	data-straggler-1024 open, a rank of 1,024 whose GPU a benchmark found slow
+//
+// The fleet rows and each incident's notes on other jobs are
+// internal/incident's own (Fleet, RelatedTo) over these incidents.
 
 // incNow is the server clock of the fixtures (the SysOM fake's).
 var incNow = time.Unix(0, fakeNow).UTC()
 
 const (
 	incDS8      = "inc-ds8-140"
+	incDS1024   = "inc-ds1024-100"
 	incTie      = "inc-tie-80"
 	incRelief   = "inc-relief-40"
 	incUniform  = "inc-uniform-80"
@@ -300,16 +305,17 @@ func fmtClock(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05"
 func incidentWorld(t testing.TB) ([]incident.Incident, []incident.HostRow) {
 	t.Helper()
 	w := loadWorld(t)
-	relief := reliefIncident(t, w)
-	ds8 := ds8Incident(t, w, relief)
-	incs := []incident.Incident{ds8, tieIncident(t, w), absorbedIncident(t, w), uniformIncident(t, w), relief}
+	incs := []incident.Incident{ds8Incident(t, w), tieIncident(t, w), absorbedIncident(t, w), uniformIncident(t, w), ds1024Incident(t, w), reliefIncident(t, w)}
 	slices.SortStableFunc(incs, func(a, b incident.Incident) int { return cmp.Compare(b.Opened.WallNS, a.Opened.WallNS) })
-	return incs, fleetRows(incs)
+	for i := range incs {
+		incs[i].Related = incident.RelatedTo(&incs[i], incs, 3)
+	}
+	return incs, incident.Fleet(incs, 0, 0)
 }
 
 // ds8Incident: rank 2's data loading starves because another process
 // takes its CPU; StageFrontier, Greyhound, SysOM-AI and KAIR agree.
-func ds8Incident(t testing.TB, w *world, related incident.Incident) incident.Incident {
+func ds8Incident(t testing.TB, w *world) incident.Incident {
 	j := newIncJob(t, w, "data-straggler-8", incNow.Add(-76*time.Second))
 	fr := j.frame()
 	cp, last, win, healthy, slow, sfOnset, sfProgress := fr.cp, fr.last, fr.win, fr.healthy, fr.slow, fr.onset, fr.samples
@@ -471,9 +477,6 @@ func ds8Incident(t testing.TB, w *world, related incident.Incident) incident.Inc
 		},
 		Windows:  win,
 		Evidence: evs,
-		Related: []incident.Related{{Incident: related.ID, Job: related.Job, Target: "host:" + host, AtNS: related.Opened.WallNS,
-			Text: fmt.Sprintf("%s was also the cause in job %s (rank %d, from %s to %s).", host, related.Job, related.Scope.Ranks[0],
-				fmtClock(related.Opened.WallNS), fmtClock(related.Resolved.WallNS)), Lost: related.Lost.Seconds}},
 	}
 	return finish(inc)
 }
@@ -618,7 +621,8 @@ func reliefIncident(t testing.TB, w *world) incident.Incident {
 	resolved := j.point(relief.Step)
 	inc := incident.Incident{
 		ID: incRelief, Job: j.id, State: incident.StateResolved,
-		Opened: j.point(onset.Step), DetectedNS: j.at(onset.Step+6) + 1e9, Updated: incident.Point{WallNS: j.at(last), Step: last}, Resolved: &resolved,
+		Opened: j.point(onset.Step), DetectedNS: j.at(onset.Step+6) + 1e9, Updated: incident.Point{WallNS: j.at(last), Step: last},
+		Resolved: &resolved, ResolvedBy: incident.ResolvedRelief,
 		Onset: ids(sfOnset), Relief: ids(sfRelief), HealthyMS: healthy, SlowMS: slow,
 		Scope: incident.Scope{Ranks: []int{h.Rank}, Hosts: []string{host}},
 		Cause: []string{rk.Key()}, Category: incident.CategoryData, Confidence: incident.ConfidenceHigh,
@@ -713,7 +717,9 @@ func absorbedIncident(t testing.TB, w *world) incident.Incident {
 	fr := j.frame()
 	cp, last, win, healthy, slow, sfOnset, sfProgress := fr.cp, fr.last, fr.win, fr.healthy, fr.slow, fr.onset, fr.samples
 	h := j.rep.Headline
+	// Both ends on one host: the link is that machine's (NVLink or PCIe).
 	lk := incident.LinkTarget(absorbedRank, absorbedRank+1)
+	lk.Host = j.host(absorbedRank)
 	r4 := j.rank(absorbedRank)
 	sfAbsorbed := j.ev(incident.KindStageLeader, "80-backward", incident.SignalFinding, win.During,
 		"No rank named in the backward pass: every rank leaves it together, because the all-reduce inside it waits for the slowest.", func(e *incident.Evidence) {
@@ -785,52 +791,64 @@ func absorbedIncident(t testing.TB, w *world) incident.Incident {
 	return finish(inc)
 }
 
-// fleetRows stands in for incident.Fleet until it lands on main: per
-// host of a stated rank cause and per stated link, the incidents, jobs
-// and lost time, most incidents first.
-func fleetRows(incs []incident.Incident) []incident.HostRow {
-	rows := map[string]*incident.HostRow{}
-	var order []string
-	add := func(key, host string, inc incident.Incident) {
-		r, ok := rows[key]
-		if !ok {
-			r = &incident.HostRow{Target: key, Host: host, Jobs: []string{}, Categories: []incident.Category{}, IncidentIDs: []string{}}
-			rows[key] = r
-			order = append(order, key)
-		}
-		r.Incidents++
-		if !slices.Contains(r.Jobs, inc.Job) {
-			r.Jobs = append(r.Jobs, inc.Job)
-		}
-		if !slices.Contains(r.Categories, inc.Category) {
-			r.Categories = append(r.Categories, inc.Category)
-		}
-		r.LostSeconds = math.Round((r.LostSeconds+inc.Lost.Seconds)*1000) / 1000
-		r.LostRankSeconds = math.Round((r.LostRankSeconds+inc.Lost.RankSeconds)*1000) / 1000
-		r.LastNS = max(r.LastNS, inc.Updated.WallNS)
-		r.IncidentIDs = append(r.IncidentIDs, inc.ID)
+// ds1024Incident: one rank of 1,024 lags; StageFrontier names it and a
+// Greyhound benchmark finds its GPU slow.
+func ds1024Incident(t testing.TB, w *world) incident.Incident {
+	j := newIncJob(t, w, "data-straggler-1024", incNow.Add(-14*time.Minute))
+	fr := j.frame()
+	cp, last, win, healthy, slow, sfOnset, sfProgress := fr.cp, fr.last, fr.win, fr.healthy, fr.slow, fr.onset, fr.samples
+	h := j.rep.Headline
+	host := j.host(h.Rank)
+	rk := j.rank(h.Rank)
+	sfLeader := j.ev(incident.KindStageLeader, "100-data", incident.SignalFinding, win.During,
+		fmt.Sprintf("Rank %d on %s finishes data loading last in %.0f%% of the slow steps; data loading rose %.1f ms per step.",
+			h.Rank, host, 100*h.Confidence, cp.Stages[0].DeltaMS), func(e *incident.Evidence) {
+			e.Targets, e.Subject, e.Exclusive = []incident.Target{rk}, "stage:"+h.Stage, true
+			e.Layer, e.Category, e.Confidence = incident.LayerStage, incident.CategoryData, incident.ConfidenceHigh
+			e.Reason = fmt.Sprintf("it leads the stage in %.0f%% of the steps where the stage exposes time", 100*h.Confidence)
+			e.View = j.reportView(win)
+			e.Detail = detail(h)
+		})
+	ghValidation := j.ev(incident.KindGreyhoundValidation, "v-1", incident.SignalFinding, j.span(cp.Step+12, cp.Step+13),
+		fmt.Sprintf("Validation v-1: rank %d's matrix multiply took 1.9× the median; the links of its group ran within 10%% of the median.", h.Rank), func(e *incident.Evidence) {
+			e.Targets = []incident.Target{rk}
+			e.Layer, e.Category, e.Confidence = incident.LayerGPU, incident.CategoryCompute, incident.ConfidenceHigh
+			e.Reason = "a direct benchmark of every GPU at a step boundary"
+			e.View = j.greyhoundView(win)
+		})
+	evs := []incident.Evidence{sfOnset, sfProgress, sfLeader, ghValidation}
+	inc := incident.Incident{
+		ID: incDS1024, Job: j.id, State: incident.StateOpen,
+		Opened: j.point(cp.Step), DetectedNS: j.at(cp.Step+3) + 1e9, Updated: incident.Point{WallNS: ghValidation.AtNS, Step: cp.Step + 13},
+		Onset: ids(sfOnset), HealthyMS: healthy, SlowMS: slow,
+		Scope: incident.Scope{Ranks: []int{h.Rank}, Hosts: []string{host}},
+		Cause: []string{rk.Key()}, Category: incident.CategoryCompute, Confidence: incident.ConfidenceHigh,
+		Headline: fmt.Sprintf("Rank %d on %s has slowed all %d ranks by %.0f%% since %s: it finishes each step's data loading last, and a benchmark found its GPU 1.9× slower than the others.",
+			h.Rank, host, j.ranks, 100*(slow-healthy)/healthy, fmtClock(j.at(cp.Step))),
+		Hypotheses: []incident.Hypothesis{{
+			Target: rk, Stated: true, Confidence: incident.ConfidenceHigh, Category: incident.CategoryCompute,
+			Reason: "StageFrontier and Greyhound name it independently and no engine contradicts",
+			Chain: []incident.ChainLink{
+				link(incident.LayerStage, sfLeader, sfLeader.Text, sfLeader.Reason),
+				link(incident.LayerGPU, ghValidation, ghValidation.Text, ghValidation.Reason),
+			},
+			Support: ids(sfLeader, ghValidation), Engines: engines(sfLeader, ghValidation),
+		}},
+		Lost: j.lost(healthy, cp.Step, last, false),
+		Recommendations: []incident.Recommendation{
+			{Text: fmt.Sprintf("Check the GPU of rank %d on %s (nvidia-smi -q: clocks, temperature, ECC and retired pages); drain the host if it is degraded.", h.Rank, host), For: rk.Key()},
+			{Text: fmt.Sprintf("Every step of all %d ranks waits for this one: restarting without %s recovers the job.", j.ranks, host), For: rk.Key()},
+		},
+		Audit: []incident.Action{
+			{Incident: incDS1024, AtNS: j.at(cp.Step + 4), Kind: incident.RequestValidation, Ranks: []int{h.Rank, h.Rank - 1}, Result: "requested", Ref: "v-1",
+				Text: fmt.Sprintf("Asked ranks %d and %d to benchmark their GPUs and links.", h.Rank, h.Rank-1)},
+			{Incident: incDS1024, AtNS: j.at(cp.Step + 13), Kind: incident.RequestValidation, Ranks: []int{h.Rank, h.Rank - 1}, Result: "done", Ref: "v-1",
+				Text: fmt.Sprintf("Validation v-1 finished: rank %d's GPU is slow.", h.Rank)},
+		},
+		Windows:  win,
+		Evidence: evs,
 	}
-	for _, inc := range incs { // newest first
-		for _, h := range inc.Hypotheses {
-			if !h.Stated {
-				continue
-			}
-			switch h.Target.Kind {
-			case incident.TargetRank:
-				add("host:"+h.Target.Host, h.Target.Host, inc)
-			case incident.TargetLink:
-				add(fmt.Sprintf("link:%d-%d@%s", h.Target.Src, h.Target.Dst, inc.Job), "", inc)
-			}
-		}
-	}
-	out := make([]incident.HostRow, 0, len(order))
-	for _, k := range order {
-		out = append(out, *rows[k])
-	}
-	slices.SortStableFunc(out, func(a, b incident.HostRow) int {
-		return cmp.Or(cmp.Compare(b.Incidents, a.Incidents), cmp.Compare(b.LostSeconds, a.LostSeconds))
-	})
-	return out
+	return finish(inc)
 }
 
 // incidentFixtureFiles renders testdata/incidents/: <id>.json per
@@ -917,7 +935,12 @@ func TestIncidentScenarios(t *testing.T) {
 	if s := stated(incAbsorbed); len(s) != 1 || s[0].Target.Key() != "link:4-5" || s[0].Chain[0].Confidence != incident.ConfidenceWithheld {
 		t.Errorf("%s: want the link stated with StageFrontier's withheld stage on top, got %+v", incAbsorbed, s)
 	}
-	if len(hosts) != 2 || hosts[0].Target != "host:node-000" || hosts[0].Incidents != 2 || hosts[1].Target != "link:4-5@absorbed-backward" {
-		t.Errorf("fleet rows %+v", hosts)
+	if len(hosts) != 2 || hosts[0].Target != "host:node-000" || hosts[0].Incidents != 3 || hosts[1].Target != "host:node-080" || len(by[incDS8].Related) != 2 {
+		t.Errorf("fleet rows %+v, related %+v", hosts, by[incDS8].Related)
+	}
+	for _, inc := range incs {
+		if err := inc.Check(); err != nil {
+			t.Error(err)
+		}
 	}
 }

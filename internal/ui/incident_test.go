@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	cdppage "github.com/chromedp/cdproto/page"
@@ -63,8 +64,13 @@ func newIncidentFake(t testing.TB) *incidentFake {
 		strict(p, &inc)
 		f.incs = append(f.incs, inc)
 	}
-	if len(f.incs) != 5 {
-		t.Fatalf("%d incidents in testdata/incidents, want 5", len(f.incs))
+	if len(f.incs) != 6 {
+		t.Fatalf("%d incidents in testdata/incidents, want 6", len(f.incs))
+	}
+	for _, inc := range f.incs {
+		if err := inc.Check(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	slices.SortStableFunc(f.incs, func(a, b incident.Incident) int { return cmp.Compare(b.Opened.WallNS, a.Opened.WallNS) })
 	var hosts struct {
@@ -75,17 +81,30 @@ func newIncidentFake(t testing.TB) *incidentFake {
 	return f
 }
 
-// nsQuery reads a Unix-epoch nanosecond parameter (0 when absent).
-func nsQuery(q url.Values, name string) (int64, error) {
+// sinceQuery reads a time the way the API does (internal/api, i17-api):
+// Unix nanoseconds (0: the beginning), an RFC 3339 time, or a duration
+// back from now (90m, 24h, 7d) — now being the fixtures' clock; def when
+// absent.
+func sinceQuery(q url.Values, name string, def int64) (int64, error) {
 	v := q.Get(name)
 	if v == "" {
-		return 0, nil
+		return def, nil
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, signal.FieldErrorf(name, "must be a Unix-epoch nanosecond time, got %q", signal.Clip(v))
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+		return n, nil
 	}
-	return n, nil
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UnixNano(), nil
+	}
+	d, err := time.ParseDuration(v)
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, e := strconv.Atoi(days)
+		d, err = time.Duration(n)*24*time.Hour, e
+	}
+	if err != nil || d <= 0 {
+		return 0, signal.FieldErrorf(name, "want an RFC 3339 time, a duration back from now (90m, 24h, 7d) or Unix nanoseconds, got %q", signal.Clip(v))
+	}
+	return incNow.Add(-d).UnixNano(), nil
 }
 
 func (f *incidentFake) mux() *http.ServeMux {
@@ -99,12 +118,12 @@ func (f *incidentFake) mux() *http.ServeMux {
 			fail(w, signal.FieldErrorf("state", "must be open, recovering or resolved, got %q", signal.Clip(string(state))))
 			return
 		}
-		since, err := nsQuery(q, "since")
+		since, err := sinceQuery(q, "since", 0)
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		limit := 500
+		limit := 100
 		if v := q.Get("limit"); v != "" {
 			if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 5000 {
 				fail(w, signal.FieldErrorf("limit", "must be an integer in [1, 5000], got %q", signal.Clip(v)))
@@ -112,17 +131,22 @@ func (f *incidentFake) mux() *http.ServeMux {
 			}
 		}
 		out := []incident.Incident{}
+		truncated := false
 		for _, inc := range f.incs {
-			// since: the incidents active at or after it.
-			if (q.Get("job") != "" && inc.Job != q.Get("job")) || (state != "" && inc.State != state) || inc.Updated.WallNS < since || len(out) == limit {
+			// since: the incidents updated at or after it.
+			if (q.Get("job") != "" && inc.Job != q.Get("job")) || (state != "" && inc.State != state) || inc.Updated.WallNS < since {
 				continue
+			}
+			if len(out) == limit {
+				truncated = true
+				break
 			}
 			if ev := q.Get("evidence"); ev != "1" && ev != "true" {
 				inc.Evidence = nil
 			}
 			out = append(out, inc)
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"incidents": out})
+		writeJSON(w, http.StatusOK, map[string]any{"incidents": out, "truncated": truncated})
 	})
 	mux.HandleFunc("GET /api/v1/incidents/{id}", func(w http.ResponseWriter, r *http.Request) {
 		for _, inc := range f.incs {
@@ -133,25 +157,19 @@ func (f *incidentFake) mux() *http.ServeMux {
 		}
 		writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: fmt.Sprintf("unknown incident %q", signal.Clip(r.PathValue("id")))})
 	})
-	// The fleet over a period: the rows of the incidents active since then
-	// (all time: hosts.json).
+	// The fleet over a period (the API's default: the last 7 days; all
+	// time is hosts.json), ranked by internal/incident's Fleet.
 	mux.HandleFunc("GET /api/v1/hosts", func(w http.ResponseWriter, r *http.Request) {
-		since, err := nsQuery(r.URL.Query(), "since")
+		since, err := sinceQuery(r.URL.Query(), "since", incNow.Add(-7*24*time.Hour).UnixNano())
 		if err != nil {
 			fail(w, err)
 			return
 		}
 		rows := f.hosts
 		if since > 0 {
-			var in []incident.Incident
-			for _, inc := range f.incs {
-				if inc.Updated.WallNS >= since {
-					in = append(in, inc)
-				}
-			}
-			rows = fleetRows(in)
+			rows = incident.Fleet(f.incs, since, incNow.UnixNano())
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"hosts": rows})
+		writeJSON(w, http.StatusOK, map[string]any{"hosts": rows, "from_ns": since, "to_ns": incNow.UnixNano()})
 	})
 	sy := f.sysom.mux()
 	for _, p := range []string{"sysom", "flamegraph", "flamegraph/diff", "osstats"} {
@@ -184,11 +202,11 @@ func TestIncidentFakeAPI(t *testing.T) {
 		}
 		return body.Incidents
 	}
-	if all := list("/api/v1/incidents"); len(all) != 5 || all[0].Opened.WallNS < all[4].Opened.WallNS || all[0].Evidence != nil {
-		t.Errorf("list: %d incidents, want 5 newest first without evidence", len(all))
+	if all := list("/api/v1/incidents"); len(all) != 6 || all[0].Opened.WallNS < all[5].Opened.WallNS || all[0].Evidence != nil {
+		t.Errorf("list: %d incidents, want 6 newest first without evidence", len(all))
 	}
-	if open := list("/api/v1/incidents?state=open"); len(open) != 4 {
-		t.Errorf("%d open, want 4", len(open))
+	if open := list("/api/v1/incidents?state=open"); len(open) != 5 {
+		t.Errorf("%d open, want 5", len(open))
 	}
 	if j := list("/api/v1/incidents?job=relief&evidence=1"); len(j) != 1 || j[0].ID != incRelief || len(j[0].Evidence) == 0 {
 		t.Errorf("relief's incidents %+v", j)
@@ -196,6 +214,9 @@ func TestIncidentFakeAPI(t *testing.T) {
 	hourAgo := incNow.Add(-3600e9).UnixNano()
 	if r := list(fmt.Sprintf("/api/v1/incidents?state=resolved&since=%d", hourAgo)); len(r) != 0 {
 		t.Errorf("resolved in the last hour: %d, want 0", len(r))
+	}
+	if r := list("/api/v1/incidents?state=resolved&since=24h"); len(r) != 1 {
+		t.Errorf("resolved in the last day: %d, want 1", len(r))
 	}
 	for path, want := range map[string][2]any{
 		"/api/v1/incidents?state=closed":    {400.0, "state"},
@@ -209,9 +230,11 @@ func TestIncidentFakeAPI(t *testing.T) {
 			t.Errorf("%s: %d %s, want %v", path, code, b, want)
 		}
 	}
-	code, b := get("/api/v1/hosts?since=" + strconv.FormatInt(hourAgo, 10))
-	if !bytes.Contains(b, []byte(`"incidents":1`)) || code != 200 {
-		t.Errorf("the last hour's fleet: %d %s, want node-000 with one incident", code, b)
+	for _, since := range []string{strconv.FormatInt(hourAgo, 10), "1h", incNow.Add(-3600e9).Format(time.RFC3339)} {
+		code, b := get("/api/v1/hosts?since=" + since)
+		if !bytes.Contains(b, []byte(`"target":"host:node-000","host":"node-000","incidents":2`)) || code != 200 {
+			t.Errorf("the last hour's fleet (since=%s): %d %s, want node-000 with two incidents", since, code, b)
+		}
 	}
 	// Every view link is a route that takes its window (the report is
 	// analysed on it, the SysOM windows are parsed as the server parses
@@ -388,7 +411,7 @@ func TestBrowserIncidents(t *testing.T) {
 		if n := p.count("table.inc-audit tbody tr"); n != len(ds8.Audit) {
 			t.Errorf("%d audit rows", n)
 		}
-		if got := p.text(".inc-related"); !strings.Contains(got, "node-000 was also the cause in job relief") {
+		if got := p.text(".inc-related"); !strings.Contains(got, "host node-000 was also the cause in job relief") || p.count(".inc-related li") != len(ds8.Related) {
 			t.Errorf("related %q", got)
 		}
 		// The links into the engine views carry the incident's windows.
@@ -657,15 +680,15 @@ func TestBrowserIncidents(t *testing.T) {
 		if got := p.text(`table.inc-open-table tr[data-incident="` + incTie + `"]`); !strings.Contains(got, "not stated") || !strings.Contains(got, "low confidence") {
 			t.Errorf("tie row %q", got)
 		}
-		// Last 24 h (default): node-000 twice, in two jobs; the link once.
-		if got := p.text(`table.fleet tr[data-target="host:node-000"] .fleet-count`); got != "2" {
-			t.Errorf("node-000 in %s incidents over 24 h, want 2", got)
+		// Last 24 h (default): node-000 in three jobs' incidents, node-080 once.
+		if got := p.text(`table.fleet tr[data-target="host:node-000"] .fleet-count`); got != "3" {
+			t.Errorf("node-000 in %s incidents over 24 h, want 3", got)
 		}
-		if got := p.text(`table.fleet tr[data-target="host:node-000"]`); !strings.Contains(got, "data-straggler-8, relief") || !strings.Contains(got, "2 jobs") {
+		if got := p.text(`table.fleet tr[data-target="host:node-000"]`); !strings.Contains(got, "absorbed-backward, data-straggler-8, relief") || !strings.Contains(got, "3 jobs") {
 			t.Errorf("node-000 row %q", got)
 		}
-		if p.count(`table.fleet tr[data-target="link:4-5@absorbed-backward"]`) != 1 {
-			t.Error("no row for the link 4 → 5")
+		if got := p.str(`document.querySelector('table.fleet tbody tr:nth-child(2)').dataset.target`); got != "host:node-080" {
+			t.Errorf("second fleet row %q, want host:node-080", got)
 		}
 		if p.count(`table.inc-resolved-table tr[data-incident="`+incRelief+`"]`) != 1 {
 			t.Error("the relief incident is not among the resolved")
@@ -674,22 +697,17 @@ func TestBrowserIncidents(t *testing.T) {
 		// The last hour: the relief incident falls out.
 		p.click(`button[data-period="1h"]`)
 		p.waitParam("period", "1h")
-		p.wait(`(document.querySelector('table.fleet tr[data-target="host:node-000"] .fleet-count') || {}).textContent === '1'`, "node-000 once in the last hour")
+		p.wait(`(document.querySelector('table.fleet tr[data-target="host:node-000"] .fleet-count') || {}).textContent === '2'`, "node-000 twice in the last hour")
 		if p.count(`table.inc-resolved-table`) != 0 {
 			t.Error("resolved incidents listed for the last hour")
 		}
-		hour := incNow.Add(-3600e9).UnixNano()
-		if got := p.resources("/api/v1/hosts?since="); !slices.ContainsFunc(got, func(r string) bool {
-			_, q, _ := strings.Cut(r, "?since=")
-			v, _ := strconv.ParseInt(q, 10, 64)
-			return v >= hour && v < hour+60e9
-		}) {
-			t.Errorf("hosts asked %v, want since ≈ %d", got, hour)
+		if got := p.resources("/api/v1/hosts?since="); !slices.ContainsFunc(got, func(r string) bool { return strings.HasSuffix(r, "/api/v1/hosts?since=1h") }) {
+			t.Errorf("hosts asked %v, want since=1h (the server's clock)", got)
 		}
-		// Sorted by lost time: the link first.
-		p.click(`button[data-fsort="lost"]`)
-		p.waitParam("fsort", "lost")
-		p.wait(`(document.querySelector('table.fleet tbody tr') || {dataset: {}}).dataset.target === 'link:4-5@absorbed-backward'`, "the costliest first")
+		// By the time lost across all ranks: the 1,024-rank job's host first.
+		p.click(`button[data-fsort="ranks"]`)
+		p.waitParam("fsort", "ranks")
+		p.wait(`(document.querySelector('table.fleet tbody tr') || {dataset: {}}).dataset.target === 'host:node-080'`, "the costliest in rank time first")
 		p.shot("cluster-1h.png")
 		// The job list shows each job's open incident.
 		p = tab(t, "#/")
@@ -697,7 +715,7 @@ func TestBrowserIncidents(t *testing.T) {
 		if got := p.text(`tr[data-job="tie"] td.incident`); !strings.Contains(got, "open") || !strings.Contains(got, "not stated") {
 			t.Errorf("tie's incident cell %q", got)
 		}
-		if got := p.text(".inc-banner"); !strings.Contains(got, "4 open incidents in 4 jobs") {
+		if got := p.text(".inc-banner"); !strings.Contains(got, "5 open incidents in 5 jobs") {
 			t.Errorf("banner %q", got)
 		}
 		p.shot("jobs-incidents.png")

@@ -110,7 +110,8 @@ export function greyhoundPath(id) {
 
 // The incident routes (issue 17): the list (newest first; evidence
 // omitted), one incident with its evidence and view links, and the fleet
-// rows. since is a Unix-epoch nanosecond time.
+// rows. since is what the API takes: Unix nanoseconds (0: the beginning),
+// an RFC 3339 time or a duration back from the server's now ("24h", "7d").
 export function incidentsPath(q) {
   const s = new URLSearchParams(q || {}).toString();
   return 'incidents' + (s ? '?' + s : '');
@@ -121,5 +122,5 @@ export function incidentPath(id) {
 }
 
 export function hostsPath(sinceNS) {
-  return 'hosts' + (sinceNS ? `?since=${sinceNS}` : '');
+  return 'hosts' + (sinceNS ? `?since=${encodeURIComponent(sinceNS)}` : '');
 }

@@ -6,7 +6,11 @@
 // in incidents of different jobs is evidence about the machine.
 //
 // URL: period = 1h | 24h | 7d | 30d | all (default 24h); fsort =
-// incidents | lost (default incidents).
+// incidents | lost | ranks (default incidents; ranks: the time lost
+// across all ranks, what a slow rank of a large job costs).
+//
+// The period goes to the API as a duration back from the server's now
+// (since=24h), so the browser's clock does not matter.
 import { el, card } from './dom.js';
 import { cachedJSON, incidentsPath, hostsPath } from './api.js';
 import { fmtInt, fmtDate } from './format.js';
@@ -17,13 +21,13 @@ const PERIODS = [['1h', 3600], ['24h', 86400], ['7d', 7 * 86400], ['30d', 30 * 8
 const DEFAULT_PERIOD = '24h';
 const RESOLVED_LIMIT = 200;
 
-// periodOf reads the URL's period; since is in Unix-epoch nanoseconds by
-// the browser's clock (0: all time).
+
+// periodOf reads the URL's period; since is the API's since: a duration,
+// or 0 (the beginning) for all time.
 function periodOf(params) {
   const want = params.get('period') || DEFAULT_PERIOD;
   const p = PERIODS.find(([k]) => k === want) || PERIODS.find(([k]) => k === DEFAULT_PERIOD);
-  const since = p[1] ? (Date.now() - p[1] * 1000) * 1e6 : 0;
-  return { key: p[0], seconds: p[1], since };
+  return { key: p[0], seconds: p[1], since: p[1] ? p[0] : '0' };
 }
 
 // loadCluster: the open list is required (it fails the page); the
@@ -37,12 +41,12 @@ export async function loadCluster(route, signal, fresh) {
   const [open, rec, res, hosts] = await Promise.all([
     cachedJSON(incidentsPath({ state: 'open' }), signal, fresh),
     soft(cachedJSON(incidentsPath({ state: 'recovering' }), signal, fresh)),
-    soft(cachedJSON(incidentsPath({ state: 'resolved', limit: RESOLVED_LIMIT, ...(per.since ? { since: per.since } : {}) }), signal, fresh)),
+    soft(cachedJSON(incidentsPath({ state: 'resolved', limit: RESOLVED_LIMIT, since: per.since }), signal, fresh)),
     soft(cachedJSON(hostsPath(per.since), signal, fresh)),
   ]);
   const unresolved = [...(open.incidents || []), ...((rec.v && rec.v.incidents) || [])]
     .sort((a, b) => ((b.opened || {}).wall_ns || 0) - ((a.opened || {}).wall_ns || 0));
-  return { per, unresolved, recErr: rec.e || null, resolved: res, hosts };
+  return { per, unresolved, truncated: !!(open.truncated || (rec.v && rec.v.truncated)), recErr: rec.e || null, resolved: res, hosts };
 }
 
 export function clusterSig(m) {
@@ -52,7 +56,7 @@ export function clusterSig(m) {
 
 export function renderCluster(main, route, m) {
   const p = route.params;
-  const fsort = p.get('fsort') === 'lost' ? 'lost' : 'incidents';
+  const fsort = ['lost', 'ranks'].includes(p.get('fsort')) ? p.get('fsort') : 'incidents';
   const periodSel = el('div', { class: 'winsel', role: 'group', 'aria-label': 'period' },
     el('span', { class: 'lbl' }, 'Period'),
     el('div', { class: 'seg' }, PERIODS.map(([k]) => el('button', { type: 'button', class: k === m.per.key ? 'on' : null, 'data-period': k,
@@ -67,12 +71,13 @@ export function renderCluster(main, route, m) {
     el('section', { class: 'card', id: 'open-incidents', 'aria-labelledby': 'open-title' },
       el('h2', { id: 'open-title' }, 'Open incidents', el('span', { class: 'sub' }, 'every job’s unresolved slowdowns, newest first')),
       m.recErr ? el('p', { class: 'error-line' }, `Cannot list the recovering incidents: ${m.recErr.message}`) : null,
+      m.truncated ? el('p', { class: 'note' }, 'More open incidents exist than the server lists at once: the newest are shown.') : null,
       open.length ? incidentTable(open, { job: true, cls: 'inc-open-table', caption: 'open incidents' }) : el('p', { class: 'muted inc-none' }, 'No open incidents: every job runs at its healthy pace.')),
     fleetCard(m, fsort),
     el('section', { class: 'card', id: 'resolved-incidents', 'aria-labelledby': 'resolved-title' },
-      el('h2', { id: 'resolved-title' }, 'Resolved in the period', el('span', { class: 'sub' }, m.per.seconds ? `since the start of the last ${m.per.key}` : 'all time')),
+      el('h2', { id: 'resolved-title' }, 'Resolved in the period', el('span', { class: 'sub' }, m.per.seconds ? `updated in the last ${m.per.key}` : 'all time')),
       m.resolved.e ? el('p', { class: 'error-line' }, `Cannot list the resolved incidents: ${m.resolved.e.message}`)
-        : resolved.length ? [resolved.length >= RESOLVED_LIMIT ? el('p', { class: 'note' }, `The newest ${RESOLVED_LIMIT} shown.`) : null,
+        : resolved.length ? [m.resolved.v.truncated ? el('p', { class: 'note' }, `The newest ${fmtInt(resolved.length)} shown; more were resolved in the period.`) : null,
           incidentTable(resolved, { job: true, cls: 'inc-resolved-table', caption: 'resolved incidents' })] : el('p', { class: 'muted' }, 'None.')));
 }
 
@@ -91,25 +96,25 @@ function fleetCard(m, fsort) {
       el('p', { class: 'error-line' }, `Cannot load the fleet view: ${m.hosts.e.message}`));
   }
   const rows = (m.hosts.v.hosts || []).slice();
-  rows.sort((a, b) => (fsort === 'lost'
-    ? (b.lost_seconds || 0) - (a.lost_seconds || 0) || b.incidents - a.incidents
-    : b.incidents - a.incidents || (b.lost_seconds || 0) - (a.lost_seconds || 0)) || String(a.target).localeCompare(String(b.target)));
+  const key = { incidents: (r) => r.incidents || 0, lost: (r) => r.lost_seconds || 0, ranks: (r) => r.lost_rank_seconds || 0 };
+  const order = [fsort, ...['incidents', 'lost', 'ranks'].filter((k) => k !== fsort)];
+  rows.sort((a, b) => order.reduce((d, k) => d || key[k](b) - key[k](a), 0) || String(a.target).localeCompare(String(b.target)));
   const maxLost = Math.max(1e-9, ...rows.map((r) => r.lost_seconds || 0));
   const th = (key, label, num) => el('th', { scope: 'col', class: num ? 'num' : null, 'aria-sort': fsort === key ? 'descending' : 'none' },
-    el('button', { class: 'sort' + (fsort === key ? ' on' : ''), 'data-fsort': key, onclick: () => go({ fsort: key === 'incidents' ? null : key }) }, label, fsort === key ? ' ↓' : ''));
+    el('button', { class: 'sort' + (fsort === key ? ' on' : ''), 'data-fsort': key, title: `sort by ${label}`, onclick: () => go({ fsort: key === 'incidents' ? null : key }) }, label, fsort === key ? ' ↓' : ''));
   return el('section', { class: 'card', id: 'fleet', 'aria-labelledby': 'fleet-title' },
     head(`the hosts and links stated as the cause of incidents ${m.per.seconds ? 'in the last ' + m.per.key : 'of all time'}: the same machine across jobs points at the machine`),
     rows.length
       ? el('div', { class: 'scroll-x' }, el('table', { class: 't fleet' },
         el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'host or link'), th('incidents', 'incidents', true), el('th', { scope: 'col' }, 'jobs'),
-          th('lost', 'lost time', true), el('th', { scope: 'col', class: 'num' }, 'across ranks'), el('th', { scope: 'col' }, 'cause kinds'),
+          th('lost', 'lost time', true), th('ranks', 'across ranks', true), el('th', { scope: 'col' }, 'cause kinds'),
           el('th', { scope: 'col' }, 'last'), el('th', { scope: 'col' }, 'incidents'))),
         el('tbody', {}, rows.map((r) => el('tr', { 'data-target': r.target, class: r.jobs && r.jobs.length > 1 ? 'fleet-multi' : null },
           el('td', {}, targetWords(r), r.jobs && r.jobs.length > 1 ? el('span', { class: 'badge leader', title: 'the cause in more than one job' }, ` ${r.jobs.length} jobs`) : null),
           el('td', { class: 'num fleet-count' }, fmtInt(r.incidents)),
           el('td', { class: 'small' }, (r.jobs || []).map((j, i) => [i ? ', ' : '', el('a', { href: '#/jobs/' + encodeURIComponent(j), class: 'mono' }, j)])),
           el('td', { class: 'num bar-cell fleet-lost' }, el('span', { class: 'hbar' }, el('span', { class: 'fill', style: `display:block;width:${(100 * (r.lost_seconds || 0)) / maxLost}%;background:#b42318` })), fmtSeconds(r.lost_seconds)),
-          el('td', { class: 'num' }, fmtSeconds(r.lost_rank_seconds)),
+          el('td', { class: 'num fleet-ranks' }, fmtSeconds(r.lost_rank_seconds)),
           el('td', { class: 'small' }, (r.categories || []).map(categoryText).join(', ')),
           el('td', { class: 'mono small' }, fmtDate(r.last_ns)),
           el('td', { class: 'small' }, (r.incident_ids || []).slice(0, 6).map((id, i) => [i ? ' ' : '', incidentLink({ id })]),

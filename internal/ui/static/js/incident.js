@@ -87,7 +87,10 @@ function summary(inc) {
   const stateText = {
     open: 'the job is still slow',
     recovering: 'the step time is back to normal; laggard waits out the hold-down before closing it (a relapse re-opens it)',
-    resolved: 'the job has been healthy for the hold-down window',
+    resolved: {
+      job_stopped: 'the job stopped reporting while it was slow',
+      step_series: 'the step time came back without a clear change point, and stayed for the hold-down window',
+    }[inc.resolved_by] || 'the job has been healthy for the hold-down window',
   }[inc.state] || '';
   return el('section', { class: 'card headline inc-summary', id: 'inc-summary', 'aria-label': 'incident summary' },
     el('p', { class: 'inc-headline headline-big' }, inc.headline || 'No summary yet.'),

@@ -292,10 +292,11 @@ export const JOB_LIMIT = 50;
 export async function loadJobIncidents(id, signal, fresh) {
   try {
     const body = await cachedJSON(incidentsPath({ job: id, limit: JOB_LIMIT }), signal, fresh);
-    return { list: (body && body.incidents) || [] };
+    return { list: (body && body.incidents) || [], truncated: !!(body && body.truncated) };
   } catch (e) {
     if (e.name === 'AbortError') return { aborted: true };
-    if (e.status === 404) return { missing: true };
+    // 404: a server without incident routes; 503: its incident layer is off.
+    if (e.status === 404 || e.status === 503) return { missing: true };
     return { error: e };
   }
 }
@@ -347,7 +348,7 @@ export function incidentsCard(x, jobId) {
   const shown = stated.length ? stated : (cur.hypotheses || []).slice(0, 1);
   const open = list.filter((i) => i.state !== 'resolved').length;
   return el('section', { class: 'card inc-card', id: 'incidents', 'aria-labelledby': 'inc-card-title', 'data-incident': cur.id },
-    head(`${list.length >= JOB_LIMIT ? 'the newest ' : ''}${fmtInt(list.length)} incident${list.length === 1 ? '' : 's'} · ${open ? `${open} open` : 'none open'} · one diagnosis per slowdown across every engine`),
+    head(`${x.truncated ? 'the newest ' : ''}${fmtInt(list.length)} incident${list.length === 1 ? '' : 's'} · ${open ? `${open} open` : 'none open'} · one diagnosis per slowdown across every engine`),
     el('div', { class: 'inc-current' },
       el('div', { class: 'inc-current-top' }, stateBadge(cur.state), confBadge(cur.confidence),
         el('span', { class: 'muted small' }, cur.state === 'resolved' ? 'the latest incident' : 'the open incident'),

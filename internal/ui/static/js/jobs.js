@@ -34,7 +34,7 @@ export async function loadOpenIncidents(signal, fresh) {
     return { list: [...(o.incidents || []), ...(r.incidents || [])] };
   } catch (e) {
     if (e.name === 'AbortError') throw e;
-    return e.status === 404 ? { missing: true } : { error: e };
+    return e.status === 404 || e.status === 503 ? { missing: true } : { error: e };
   }
 }
 
