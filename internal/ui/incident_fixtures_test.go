@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/engine/stagefrontier"
 	"github.com/laggard-dev/laggard/internal/incident"
 	"github.com/laggard-dev/laggard/internal/signal"
 )
@@ -210,6 +211,22 @@ func (j *incJob) progress(last int64, win incident.Windows) incident.Evidence {
 	})
 }
 
+// leader is StageFrontier's named straggler h of the data stage over the
+// slow window; rose is the stage's rise per step (0: not said).
+func (j *incJob) leader(h stagefrontier.Headline, win incident.Windows, rose float64) incident.Evidence {
+	text := fmt.Sprintf("Rank %d on %s finishes data loading last in %.0f%% of the slow steps.", h.Rank, h.Host, 100*h.Confidence)
+	if rose > 0 {
+		text = strings.TrimSuffix(text, ".") + fmt.Sprintf("; data loading rose %.1f ms per step.", rose)
+	}
+	return j.ev(incident.KindStageLeader, strconv.FormatInt(win.During.FromStep, 10)+"-data", incident.SignalFinding, win.During, text, func(e *incident.Evidence) {
+		e.Targets, e.Subject, e.Exclusive = []incident.Target{j.rank(h.Rank)}, "stage:"+h.Stage, true
+		e.Layer, e.Category, e.Confidence = incident.LayerStage, incident.CategoryData, incident.ConfidenceHigh
+		e.Reason = fmt.Sprintf("it leads the stage in %.0f%% of the steps where the stage exposes time", 100*h.Confidence)
+		e.View = j.reportView(win)
+		e.Detail = detail(h)
+	})
+}
+
 // The view links the API puts on each piece of evidence: an API path
 // with the incident's window preset (the UI maps it to its own route).
 func (j *incJob) path(view string, q url.Values) string {
@@ -328,15 +345,7 @@ func ds8Incident(t testing.TB, w *world) incident.Incident {
 		links = append(links, incident.LinkTarget(r, (r+1)%j.ranks))
 	}
 
-	sfLeader := j.ev(incident.KindStageLeader, "140-data", incident.SignalFinding, win.During,
-		fmt.Sprintf("Rank %d on %s finishes data loading last in %.0f%% of the slow steps; data loading rose %.1f ms per step.",
-			h.Rank, host, 100*h.Confidence, cp.Stages[0].DeltaMS), func(e *incident.Evidence) {
-			e.Targets, e.Subject, e.Exclusive = []incident.Target{r2}, "stage:"+h.Stage, true
-			e.Layer, e.Category, e.Confidence = incident.LayerStage, incident.CategoryData, incident.ConfidenceHigh
-			e.Reason = fmt.Sprintf("it leads the stage in %.0f%% of the steps where the stage exposes time", 100*h.Confidence)
-			e.View = j.reportView(win)
-			e.Detail = detail(h)
-		})
+	sfLeader := j.leader(h, win, cp.Stages[0].DeltaMS)
 	ghOnset := j.ev(incident.KindGreyhoundChange, "140", incident.SignalOnset, on,
 		fmt.Sprintf("Iteration time rose %.0f%% at iteration %d (%.0f ms → %.0f ms); the change was verified.", 100*cp.Rel, cp.Step, cp.BeforeMS, cp.AfterMS), func(e *incident.Evidence) {
 			e.Layer, e.Confidence, e.BeforeMS, e.AfterMS, e.Verified = incident.LayerCollective, incident.ConfidenceHigh, cp.BeforeMS, cp.AfterMS, true
@@ -609,14 +618,7 @@ func reliefIncident(t testing.TB, w *world) incident.Incident {
 	sfOnset := j.stageChange(onset, win, j.reportView(win))
 	sfRelief := j.stageChange(relief, win, j.path("report", url.Values{"from": {ns(relief.Step)}, "to": {ns(last)}, "ref_from": {ns(onset.Step)}, "ref_to": {ns(relief.Step - 1)}}))
 	sfProgress := j.progress(last, win)
-	sfLeader := j.ev(incident.KindStageLeader, "40-data", incident.SignalFinding, win.During,
-		fmt.Sprintf("Rank %d on %s finishes data loading last in %.0f%% of the slow steps.", h.Rank, host, 100*h.Confidence), func(e *incident.Evidence) {
-			e.Targets, e.Subject, e.Exclusive = []incident.Target{rk}, "stage:"+h.Stage, true
-			e.Layer, e.Category, e.Confidence = incident.LayerStage, incident.CategoryData, incident.ConfidenceHigh
-			e.Reason = fmt.Sprintf("it leads the stage in %.0f%% of the steps where the stage exposes time", 100*h.Confidence)
-			e.View = j.reportView(win)
-			e.Detail = detail(h)
-		})
+	sfLeader := j.leader(h, win, 0)
 	evs := []incident.Evidence{sfOnset, sfLeader, sfRelief, sfProgress}
 	resolved := j.point(relief.Step)
 	inc := incident.Incident{
@@ -800,15 +802,7 @@ func ds1024Incident(t testing.TB, w *world) incident.Incident {
 	h := j.rep.Headline
 	host := j.host(h.Rank)
 	rk := j.rank(h.Rank)
-	sfLeader := j.ev(incident.KindStageLeader, "100-data", incident.SignalFinding, win.During,
-		fmt.Sprintf("Rank %d on %s finishes data loading last in %.0f%% of the slow steps; data loading rose %.1f ms per step.",
-			h.Rank, host, 100*h.Confidence, cp.Stages[0].DeltaMS), func(e *incident.Evidence) {
-			e.Targets, e.Subject, e.Exclusive = []incident.Target{rk}, "stage:"+h.Stage, true
-			e.Layer, e.Category, e.Confidence = incident.LayerStage, incident.CategoryData, incident.ConfidenceHigh
-			e.Reason = fmt.Sprintf("it leads the stage in %.0f%% of the steps where the stage exposes time", 100*h.Confidence)
-			e.View = j.reportView(win)
-			e.Detail = detail(h)
-		})
+	sfLeader := j.leader(h, win, cp.Stages[0].DeltaMS)
 	ghValidation := j.ev(incident.KindGreyhoundValidation, "v-1", incident.SignalFinding, j.span(cp.Step+12, cp.Step+13),
 		fmt.Sprintf("Validation v-1: rank %d's matrix multiply took 1.9× the median; the links of its group ran within 10%% of the median.", h.Rank), func(e *incident.Evidence) {
 			e.Targets = []incident.Target{rk}
