@@ -92,7 +92,7 @@ function summary(inc) {
       step_series: 'the step time came back without a clear change point, and stayed for the hold-down window',
     }[inc.resolved_by] || 'the job has been healthy for the hold-down window',
   }[inc.state] || '';
-  return el('section', { class: 'card headline inc-summary', id: 'inc-summary', 'aria-label': 'incident summary' },
+  return el('section', { class: 'card headline inc-summary state-' + inc.state, id: 'inc-summary', 'aria-label': 'incident summary' },
     el('p', { class: 'inc-headline headline-big' }, inc.headline || 'No summary yet.'),
     el('div', { class: 'facts' },
       fact('State', stateBadge(inc.state), el('span', { class: 'muted' }, ` ${stateText}`), inc.relapses ? el('span', { class: 'note inline' }, ` relapsed ${inc.relapses}×`) : null),

@@ -347,7 +347,7 @@ export function incidentsCard(x, jobId) {
   const stated = (cur.hypotheses || []).filter((h) => h.stated);
   const shown = stated.length ? stated : (cur.hypotheses || []).slice(0, 1);
   const open = list.filter((i) => i.state !== 'resolved').length;
-  return el('section', { class: 'card inc-card', id: 'incidents', 'aria-labelledby': 'inc-card-title', 'data-incident': cur.id },
+  return el('section', { class: 'card inc-card state-' + cur.state, id: 'incidents', 'aria-labelledby': 'inc-card-title', 'data-incident': cur.id },
     head(`${x.truncated ? 'the newest ' : ''}${fmtInt(list.length)} incident${list.length === 1 ? '' : 's'} · ${open ? `${open} open` : 'none open'} · one diagnosis per slowdown across every engine`),
     el('div', { class: 'inc-current' },
       el('div', { class: 'inc-current-top' }, stateBadge(cur.state), confBadge(cur.confidence),
