@@ -721,6 +721,60 @@ func TestBrowserIncidents(t *testing.T) {
 		p.shot("jobs-incidents.png")
 	})
 
+	// Every other incident in the repository renders too: the CLI's
+	// fixtures (internal/render, another hand's idea of realistic
+	// incidents: two faults, recovering, a withheld rank) through the same
+	// fake, with no page error and every piece of evidence on the timeline.
+	t.Run("the CLI's incident fixtures render", func(t *testing.T) {
+		paths, err := filepath.Glob(filepath.Join("..", "render", "testdata", "incidents", "*.json"))
+		if err != nil || len(paths) == 0 {
+			t.Fatalf("no incident fixtures under internal/render/testdata/incidents (%v)", err)
+		}
+		g := &incidentFake{sysom: f.sysom, kair: f.kair}
+		for _, path := range paths {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inc, err := incident.Decode(b)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			g.incs = append(g.incs, *inc)
+		}
+		other := httptest.NewServer(g.mux())
+		t.Cleanup(other.Close)
+		ob := browser{ctx: bctx, base: other.URL, dir: b.dir}
+		for _, inc := range g.incs {
+			p := ob.openWith(t, "#/incidents/"+url.PathEscape(inc.ID), clockAt(inc.Updated.WallNS+60e9))
+			p.wait(`document.querySelector('svg.inc-timeline, .inc-timeline-empty')`, inc.ID+"'s timeline")
+			if got := p.text(".inc-summary .inc-headline"); got != inc.Headline {
+				t.Errorf("%s: headline %q, want %q", inc.ID, got, inc.Headline)
+			}
+			if n := p.count("svg.inc-timeline g.inc-ev"); n != len(inc.Evidence) {
+				t.Errorf("%s: %d evidence markers, want %d", inc.ID, n, len(inc.Evidence))
+			}
+			if n := p.count(".inc-hyp"); n != len(inc.Hypotheses) {
+				t.Errorf("%s: %d hypotheses shown, want %d", inc.ID, n, len(inc.Hypotheses))
+			}
+			stated := 0
+			for _, h := range inc.Hypotheses {
+				if h.Stated {
+					stated++
+				}
+			}
+			if n := p.count(`.inc-hyp[data-stated="true"]`); n != stated {
+				t.Errorf("%s: %d hypotheses shown as stated, want %d", inc.ID, n, stated)
+			}
+			if len(inc.Contradictions) > 0 && !strings.Contains(p.text(".inc-summary"), inc.Contradictions[0]) {
+				t.Errorf("%s: the contradiction is not in the summary", inc.ID)
+			}
+			if stated > 1 {
+				p.shot("incident-two-causes.png")
+			}
+		}
+	})
+
 	t.Run("an unknown incident, and a server without incidents", func(t *testing.T) {
 		p := tab(t, "#/incidents/nope")
 		p.wait(`!document.getElementById('banner').hidden`, "the error banner")

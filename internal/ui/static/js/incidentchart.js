@@ -133,7 +133,7 @@ export function drawIncidentChart(host, inc) {
   for (const p of [inc.opened, inc.resolved]) if (p && p.wall_ns > 0) times.push(p.wall_ns);
   const valid = times.filter((t) => t > 0 && isFinite(t));
   if (!valid.length) {
-    host.replaceChildren(el('div', { class: 'empty' }, 'Nothing to place on a time axis yet.'));
+    host.replaceChildren(el('div', { class: 'empty inc-timeline-empty' }, 'Nothing to place on a time axis yet.'));
     return;
   }
   let t0 = Math.min(...valid);
