@@ -331,6 +331,7 @@ function evidenceTip(e, span, v) {
     ['when', span[1] > span[0] + 1e9 ? `${fmtTime(span[0])} – ${fmtTime(span[1])}` : fmtTime(span[0])],
     w.to_step > 0 || w.from_step > 0 ? ['steps', w.to_step > w.from_step ? `${fmtInt(w.from_step)}–${fmtInt(w.to_step)}` : fmtInt(w.from_step)] : null,
     e.confidence ? ['confidence', e.confidence] : null,
+    e.source ? ['read from', e.source] : null,
     (e.targets || []).length ? ['names', e.targets.map(targetText).join(', ')] : null,
     (e.against || []).length ? ['clears', e.against.length > 3 ? `${e.against.length} targets (${targetText(e.against[0])}, …)` : e.against.map(targetText).join(', ')] : null,
     e.before_ms > 0 && e.after_ms > 0 ? ['step time', `${fmtMs(e.before_ms)} → ${fmtMs(e.after_ms)}${e.verified ? ' (verified)' : ''}`] : null,
