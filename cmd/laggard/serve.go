@@ -18,6 +18,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/auth"
 	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/detect"
+	"github.com/laggard-dev/laggard/internal/notify"
 	"github.com/laggard-dev/laggard/internal/server"
 	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/ui"
@@ -36,6 +37,88 @@ type serveOptions struct {
 	incidents  incidentOptions
 	sec        securityOptions // serve's own flags; demo leaves them zero
 	life       storageOptions  // serve's own flags; demo leaves them zero
+	notify     notifyOptions   // serve's own flags; demo leaves them zero
+}
+
+// notifyOptions are serve's incident notification flags (issue 17 item 4,
+// docs/format/notify.md).
+type notifyOptions struct {
+	alertmanager string
+	webhook      string
+	secretFile   string
+	externalURL  string
+}
+
+func (o *notifyOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.alertmanager, "alertmanager", "", "send every incident state change as an alert to this Alertmanager `URL` (http://am:9093; comma-separated for an HA set, each gets every alert); unresolved incidents are re-sent every minute")
+	fs.StringVar(&o.webhook, "webhook", "", "POST every incident state change as JSON to this `URL` (docs/format/notify.md)")
+	fs.StringVar(&o.secretFile, "webhook-secret-file", "", "sign -webhook deliveries with the secret in this `FILE` (X-Laggard-Signature: sha256=HMAC of timestamp.body; at least 16 bytes, e.g. openssl rand -hex 32)")
+	fs.StringVar(&o.externalURL, "external-url", "", "the `URL` users reach this server at, for the incident links in alerts and webhooks (default: http(s):// and the listen address)")
+}
+
+// config returns the notifier's configuration (the secret read from its
+// file); base is the listen address's URL, the external URL's default.
+func (o *notifyOptions) config(base string) (notify.Config, error) {
+	c := notify.Config{Webhook: o.webhook, ExternalURL: o.externalURL}
+	for _, a := range strings.Split(o.alertmanager, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.Alertmanagers = append(c.Alertmanagers, a)
+		}
+	}
+	if !c.Enabled() {
+		return notify.Config{}, nil
+	}
+	if c.ExternalURL == "" {
+		c.ExternalURL = base
+	}
+	if o.secretFile != "" {
+		var err error
+		if c.WebhookSecret, err = notify.ReadSecretFile(o.secretFile); err != nil {
+			return c, fmt.Errorf("-webhook-secret-file: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// validate checks the flags register defines.
+func (o *notifyOptions) validate() error {
+	var errs []error
+	for _, a := range strings.Split(o.alertmanager, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			if _, err := notify.CheckURL(a); err != nil {
+				errs = append(errs, fmt.Errorf("-alertmanager %w", err))
+			}
+		}
+	}
+	if o.webhook != "" {
+		if _, err := notify.CheckURL(o.webhook); err != nil {
+			errs = append(errs, fmt.Errorf("-webhook %w", err))
+		}
+	}
+	if o.secretFile != "" && o.webhook == "" {
+		errs = append(errs, errors.New("-webhook-secret-file needs -webhook"))
+	}
+	if o.externalURL != "" {
+		if _, err := notify.CheckURL(o.externalURL); err != nil {
+			errs = append(errs, fmt.Errorf("-external-url %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// listenURL is the URL of a listen address: the machine's name for an
+// unspecified host (0.0.0.0, ::), which no one can open.
+func listenURL(scheme string, addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return scheme + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil && name != "" {
+			host = name
+		}
+	}
+	return scheme + net.JoinHostPort(host, port)
 }
 
 // storageOptions are serve's bounds on what is kept: retention, the disk
@@ -260,6 +343,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	o.register(fs, "laggard-data")
 	o.sec.register(fs)
 	o.life.register(fs)
+	o.notify.register(fs)
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	if err := parseFlags(fs, args); err != nil {
@@ -279,7 +363,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.dataDir == "" {
 		return errors.New("the data directory must not be empty")
 	}
-	if err := errors.Join(o.validate(), o.sec.validate(), o.life.validate()); err != nil {
+	if err := errors.Join(o.validate(), o.sec.validate(), o.life.validate(), o.notify.validate()); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *level, *logJSON)
@@ -328,6 +412,15 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 		return err
 	}
 	incCfg, detCfg := o.incidents.config(o.kair.cooldown)
+	scheme := "http://"
+	if httpOpts.TLS != nil {
+		scheme = "https://"
+	}
+	notifyCfg, err := o.notify.config(listenURL(scheme, ln.Addr()))
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	st, err := store.Open(o.dataDir, store.Options{Logger: log, MinFreeBytes: int64(o.life.minFree), MaxJobs: o.life.maxJobs})
 	if err != nil {
 		ln.Close()
@@ -339,6 +432,7 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 		QueueBytes: int64(o.life.queueBytes), Logger: log, UI: ui.Handler(), Access: access, HTTP: httpOpts,
 		Lifecycle: server.LifecycleConfig{RetentionAge: o.life.retentionAge, RetentionSize: int64(o.life.retentionSize),
 			Interval: o.life.compactInterval},
+		Notify: notifyCfg,
 	}, st)
 	if err == nil && tokens != nil {
 		if err = tokens.Register(srv.Registry()); err != nil {
@@ -354,10 +448,6 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
 		go watchTokens(wctx, tokens)
-	}
-	scheme := "http://"
-	if httpOpts.TLS != nil {
-		scheme = "https://"
 	}
 	ready(scheme + ln.Addr().String())
 	serr := srv.Serve(ctx, ln)

@@ -129,7 +129,9 @@ type IncidentQuery struct {
 }
 
 // Change is one incident state change, told to subscribers after it is
-// stored. From is "" when the incident was just opened.
+// stored. From is "" when the incident was just opened; From == To is an
+// update: its stated cause, confidence, category or scope changed (what
+// an alert shows), the state did not.
 type Change struct {
 	Incident incident.Incident
 	From     incident.State
@@ -230,7 +232,8 @@ type incMeta struct {
 	state  incident.State
 	lost   float64
 	cat    incident.Category
-	stated bool // a cause is stated
+	stated bool   // a cause is stated
+	sig    string // what an update is told for (updateSig)
 }
 
 // NewIncidents returns the manager over st; its metrics are registered
@@ -587,7 +590,7 @@ func (x *Incidents) fuseLocked(st *jobState) ([]Change, []incident.Incident) {
 			newMeta[inc.ID] = old // Fuse returns a closed incident as it was
 			continue
 		}
-		nm := incMeta{raw: raw, size: int64(len(raw)), state: inc.State, lost: inc.Lost.Seconds, cat: inc.Category, stated: len(inc.Cause) > 0}
+		nm := incMeta{raw: raw, size: int64(len(raw)), state: inc.State, lost: inc.Lost.Seconds, cat: inc.Category, stated: len(inc.Cause) > 0, sig: updateSig(inc)}
 		newMeta[inc.ID] = nm
 		if had && !st.unsaved && string(old.raw) == string(raw) {
 			continue
@@ -603,6 +606,8 @@ func (x *Incidents) fuseLocked(st *jobState) ([]Change, []incident.Incident) {
 			lost += inc.Lost.Seconds
 		case old.state != inc.State:
 			changes = append(changes, Change{Incident: *inc, From: old.state, To: inc.State})
+		case old.sig != nm.sig:
+			changes = append(changes, Change{Incident: *inc, From: inc.State, To: inc.State})
 		}
 		if had && inc.Lost.Seconds > old.lost {
 			lost += inc.Lost.Seconds - old.lost
@@ -675,6 +680,9 @@ func (x *Incidents) fuseLocked(st *jobState) ([]Change, []incident.Incident) {
 		x.m.lost.WithLabelValues(st.job).Add(lost)
 	}
 	for _, c := range changes {
+		if c.From == c.To {
+			continue // an update, not a transition
+		}
 		x.m.transitions.WithLabelValues(string(c.To)).Inc()
 		if c.From == "" && c.Incident.Opened.WallNS > 0 && c.Incident.DetectedNS >= c.Incident.Opened.WallNS {
 			x.m.detection.Observe(float64(c.Incident.DetectedNS-c.Incident.Opened.WallNS) / 1e9)
@@ -693,6 +701,18 @@ func (x *Incidents) fuseLocked(st *jobState) ([]Change, []incident.Incident) {
 	}
 	x.publishOpen(st)
 	return changes, incs
+}
+
+// updateSig is what an update (Change with From == To) is told for: the
+// stated cause, its confidence and category, the scope.
+func updateSig(inc *incident.Incident) string {
+	b, _ := json.Marshal(struct {
+		Cause      []string
+		Confidence incident.Confidence
+		Category   incident.Category
+		Scope      incident.Scope
+	}{inc.Cause, inc.Confidence, inc.Category, inc.Scope})
+	return string(b)
 }
 
 // keepIncidents bounds the job's incidents to KeepIncidents, deleting the

@@ -83,17 +83,7 @@ func (x *Incidents) hosts(job string) map[int]string {
 	if err != nil {
 		return nil
 	}
-	var out map[int]string
-	for _, r := range j.Ranks {
-		if r.Host == "" {
-			continue
-		}
-		if out == nil {
-			out = make(map[int]string, len(j.Ranks))
-		}
-		out[r.Rank] = r.Host
-	}
-	return out
+	return analysis.RankHosts(j)
 }
 
 // adapt runs one adapter with the job's hosts, recovering from a panic

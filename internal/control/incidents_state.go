@@ -30,7 +30,7 @@ func (x *Incidents) stateLocked(job string) (*jobState, error) {
 			return nil
 		}
 		st.incs = append(st.incs, *inc)
-		st.meta[id] = incMeta{raw: v[:len(v):len(v)], size: int64(len(v)), state: inc.State, lost: inc.Lost.Seconds, cat: inc.Category, stated: len(inc.Cause) > 0}
+		st.meta[id] = incMeta{raw: v[:len(v):len(v)], size: int64(len(v)), state: inc.State, lost: inc.Lost.Seconds, cat: inc.Category, stated: len(inc.Cause) > 0, sig: updateSig(inc)}
 		return nil
 	})
 	if err != nil {

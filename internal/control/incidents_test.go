@@ -227,7 +227,8 @@ func TestIncidentLife(t *testing.T) {
 	if final.State != incident.StateResolved {
 		t.Fatalf("after the hold-down: %s", final.State)
 	}
-	want := []string{id + ":→open", id + ":open→recovering", id + ":recovering→resolved"}
+	// The join stated the cause: an update (open→open) for the alerts.
+	want := []string{id + ":→open", id + ":open→open", id + ":open→recovering", id + ":recovering→resolved"}
 	if got := r.changes(); !slices.Equal(got, want) {
 		t.Fatalf("changes %q, want %q", got, want)
 	}

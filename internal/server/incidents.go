@@ -3,6 +3,9 @@ package server
 import (
 	"time"
 
+	"github.com/laggard-dev/laggard/internal/api"
+	"github.com/laggard-dev/laggard/internal/notify"
+
 	"github.com/laggard-dev/laggard/internal/catalog"
 	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/detect"
@@ -35,7 +38,11 @@ func (s *Server) wireIncidents(cfg *Config, st Store, cat *catalog.Catalog) {
 	if x == nil {
 		return
 	}
-	d := control.IncidentDeps{Jobs: cat, Adapters: cfg.IncidentAdapters, Caps: s.incidentCaps(cat, st), Prompt: s.detector.Hot,
+	ad := cfg.IncidentAdapters
+	if ad.StageFrontier == nil && ad.Greyhound == nil && ad.Sysom == nil && ad.Kair == nil {
+		ad = s.analysisAdapters(st)
+	}
+	d := control.IncidentDeps{Jobs: cat, Adapters: ad, Caps: s.incidentCaps(cat, st), Prompt: s.detector.Hot,
 		Stopped: func(job string) *incident.Point {
 			at, step, ok := s.detector.Stopped(job)
 			if !ok {
@@ -43,10 +50,6 @@ func (s *Server) wireIncidents(cfg *Config, st Store, cat *catalog.Catalog) {
 			}
 			return &incident.Point{WallNS: at.UnixNano(), Step: step}
 		}}
-	// TODO(issue 17, i17-adapt): default Adapters to
-	// analysis.StageFrontierEvidence, GreyhoundEvidence, SysomEvidence and
-	// KairEvidence once they land on main; until then only an adapter set
-	// in Config.IncidentAdapters feeds the manager.
 	if s.greyhound != nil {
 		d.Validator = s.greyhound
 		s.greyhound.OnReport(x.ObserveGreyhound)
@@ -105,3 +108,44 @@ func (s *Server) detectReporter() detect.Reporter {
 // Incidents returns the incident manager (nil when the layer is off or
 // the store has no incident keyspace).
 func (s *Server) Incidents() *control.Incidents { return s.incidents }
+
+// incidentsAPI is the API's view of the manager (api.Incidents: its
+// query type is control's twin).
+type incidentsAPI struct{ x *control.Incidents }
+
+func (a incidentsAPI) List(q api.IncidentQuery) ([]incident.Incident, error) {
+	return a.x.List(control.IncidentQuery(q))
+}
+func (a incidentsAPI) Get(id string) (*incident.Incident, error) { return a.x.Get(id) }
+func (a incidentsAPI) Hosts(fromNS, toNS int64) ([]incident.HostRow, error) {
+	return a.x.Hosts(fromNS, toNS)
+}
+
+// apiIncidents is the API's incident dependency (nil interface when the
+// layer is off: the routes answer 503).
+func (s *Server) apiIncidents() api.Incidents {
+	if s.incidents == nil {
+		return nil
+	}
+	return incidentsAPI{s.incidents}
+}
+
+// notifyIncidents subscribes the notifier to the manager's changes and
+// re-asserts every unresolved incident, so that Alertmanager keeps its
+// alerts firing across a restart (docs/format/notify.md).
+func (s *Server) notifyIncidents() {
+	if s.incidents == nil || s.notifier == nil {
+		return
+	}
+	s.incidents.Subscribe(func(c control.Change) { s.NotifyIncident(notify.Change(c)) })
+	for _, st := range []incident.State{incident.StateOpen, incident.StateRecovering} {
+		incs, err := s.incidents.List(control.IncidentQuery{State: st, Limit: 1000})
+		if err != nil {
+			s.log.Warn("re-asserting unresolved incidents", "err", err)
+			continue
+		}
+		for _, inc := range incs {
+			s.NotifyIncident(notify.Change{Incident: inc, From: inc.State, To: inc.State})
+		}
+	}
+}

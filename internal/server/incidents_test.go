@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -152,5 +153,42 @@ func TestIncidentsOff(t *testing.T) {
 	e.srv.Detector().EvaluateOnce(context.Background())
 	if cs, _ := e.srv.Kair().Captures("j"); len(cs) != 0 {
 		t.Fatalf("captures with the layer off: %+v", cs)
+	}
+}
+
+// The same slowdown through the server's own evidence adapters
+// (internal/analysis) and the HTTP API: one incident, its cause the slow
+// rank, listed by GET /api/v1/incidents?job= and served by
+// GET /api/v1/incidents/{id}.
+func TestIncidentThroughAdaptersAndAPI(t *testing.T) {
+	e := newKairEnv(t, Config{})
+	x := e.srv.Incidents()
+	ctx := context.Background()
+	for _, span := range [][2]int64{{0, 100}, {100, 160}, {160, 200}} {
+		if r := e.call("POST", "/api/v1/jobs/j/vectors", tokIngestJ, jsonType, jsonBatch(t, slowdownVectors(4, span[0], span[1], 100, 2)), nil); r.status != 200 {
+			t.Fatalf("ingest: %d %s", r.status, r.body)
+		}
+		e.srv.Detector().EvaluateOnce(ctx)
+		x.Drain(ctx)
+	}
+	r := e.call("GET", "/api/v1/incidents?job=j", tokRead, "", nil, nil)
+	var list struct{ Incidents []incident.Incident }
+	if err := json.Unmarshal(r.body, &list); r.status != 200 || err != nil || len(list.Incidents) != 1 {
+		t.Fatalf("GET incidents: %d %s", r.status, r.body)
+	}
+	id := list.Incidents[0].ID
+	r = e.call("GET", "/api/v1/incidents/"+id, tokRead, "", nil, nil)
+	var inc incident.Incident
+	if err := json.Unmarshal(r.body, &inc); r.status != 200 || err != nil {
+		t.Fatalf("GET incident: %d %s", r.status, r.body)
+	}
+	if inc.ID != id || len(inc.Evidence) == 0 || !slices.ContainsFunc(inc.Hypotheses, func(h incident.Hypothesis) bool { return h.Target.Kind == incident.TargetRank && h.Target.Rank == 2 }) {
+		t.Fatalf("incident %s: %s; hypotheses %+v", inc.ID, inc.Headline, inc.Hypotheses)
+	}
+	t.Logf("%s (cause %v, %s)", inc.Headline, inc.Cause, inc.Confidence)
+	for _, h := range inc.Hypotheses {
+		if h.Stated && !(h.Target.Kind == incident.TargetRank && h.Target.Rank == 2) {
+			t.Fatalf("a wrong cause stated: %+v", h)
+		}
 	}
 }

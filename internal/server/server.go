@@ -23,6 +23,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/ingest"
+	"github.com/laggard-dev/laggard/internal/notify"
 	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/symbolize"
 )
@@ -94,6 +95,9 @@ type Config struct {
 	// (HEAD/POST /api/v1/symbols/{buildid}), e.g. symbolize.OpenStore of
 	// <data dir>/symbols; nil answers those routes 501.
 	Symbols api.SymbolStore
+	// Notify sends incident state changes to Alertmanager and a webhook
+	// (notify.go); no sink: off.
+	Notify notify.Config
 }
 
 func (c *Config) setDefaults() {
@@ -149,6 +153,7 @@ type Server struct {
 	kair       *control.Kair       // nil without a capture keyspace (kair.go)
 	kairLife   *control.KairLifecycle
 	incidents  *control.Incidents // nil when the layer is off (incidents.go)
+	notifier   *notify.Notifier   // nil without a sink (notify.go)
 
 	mu        sync.Mutex
 	addr      net.Addr
@@ -243,9 +248,6 @@ func New(cfg Config, st Store) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.wireIncidents(&cfg, st, cat)
-	// TODO(issue 17, i17-api): give s.incidents to api.Deps.Incidents
-	// (through an adapter converting api.IncidentQuery to
-	// control.IncidentQuery) once internal/api/incidents.go lands on main.
 	var ghAPI api.Greyhound
 	if s.greyhound != nil {
 		ghAPI = s.greyhound
@@ -254,7 +256,7 @@ func New(cfg Config, st Store) (*Server, error) {
 	colls, _ := st.(api.CollectiveReader) // optional: test stores may lack it
 	api.New(api.Deps{Catalog: cat, Reader: st, Vectors: s.vectors, Collectives: colls, Gate: gate, Reporter: s.analyzer, Diagnoses: s.detector, Greyhound: ghAPI,
 		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, OnDelete: s.onDelete, Symbols: cfg.Symbols, Sysom: s.sysomAPI(), Kair: s.kairAPI(),
-		MaxTraceBytes: cfg.MaxTraceBytes, MaxTraceEvents: cfg.MaxTraceEvents}).Register(mux)
+		MaxTraceBytes: cfg.MaxTraceBytes, MaxTraceEvents: cfg.MaxTraceEvents, Incidents: s.apiIncidents()}).Register(mux)
 	// Routes outside api.Register declare what they need with s.handle
 	// (api.Register's routes are listed in routeAccess).
 	s.handle(mux, "GET /metrics", needRead, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
@@ -265,6 +267,11 @@ func New(cfg Config, st Store) (*Server, error) {
 	}
 	s.handle(mux, "/", public, ui)
 	s.handler = s.instrument(s.guard(mux))
+	if err := s.startNotify(&cfg); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.notifyIncidents()
 	return s, nil
 }
 
@@ -397,7 +404,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // is committed and acknowledged. Later ingest requests get 503. It does
 // not close the store.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() { s.stopLifecycle(); s.vectors.Close(); s.closeSysom() })
+	s.closeOnce.Do(func() { s.stopLifecycle(); s.vectors.Close(); s.closeSysom(); s.closeNotify() })
 	return nil
 }
 
