@@ -36,6 +36,21 @@ func slowdownVectors(world int, from, to, onset int64, slow int) []stagevec.Vect
 	return out
 }
 
+// injectSlowdown ships job j's steps in three batches — from step 100 on
+// rank 2 is slow — evaluating and fusing after each, as the background
+// loops would.
+func injectSlowdown(t *testing.T, e *kairEnv) {
+	t.Helper()
+	ctx := context.Background()
+	for _, span := range [][2]int64{{0, 100}, {100, 160}, {160, 200}} {
+		if r := e.call("POST", "/api/v1/jobs/j/vectors", tokIngestJ, jsonType, jsonBatch(t, slowdownVectors(4, span[0], span[1], 100, 2)), nil); r.status != 200 {
+			t.Fatalf("ingest: %d %s", r.status, r.body)
+		}
+		e.srv.Detector().EvaluateOnce(ctx)
+		e.srv.Incidents().Drain(ctx)
+	}
+}
+
 // reportAdapter is a minimal StageFrontier adapter: the timeline's
 // change points as verified onsets and reliefs, its series as progress,
 // a named straggler as a high-confidence finding. It stands in for
@@ -91,14 +106,7 @@ func TestIncidentFromInjectedSlowdown(t *testing.T) {
 	if x == nil {
 		t.Fatal("incident layer off by default")
 	}
-	ctx := context.Background()
-	for _, span := range [][2]int64{{0, 100}, {100, 160}, {160, 200}} {
-		if r := e.call("POST", "/api/v1/jobs/j/vectors", tokIngestJ, jsonType, jsonBatch(t, slowdownVectors(4, span[0], span[1], 100, 2)), nil); r.status != 200 {
-			t.Fatalf("ingest: %d %s", r.status, r.body)
-		}
-		e.srv.Detector().EvaluateOnce(ctx)
-		x.Drain(ctx)
-	}
+	injectSlowdown(t, e)
 	incs, err := x.List(control.IncidentQuery{Job: "j"})
 	if err != nil {
 		t.Fatal(err)
@@ -162,15 +170,7 @@ func TestIncidentsOff(t *testing.T) {
 // GET /api/v1/incidents/{id}.
 func TestIncidentThroughAdaptersAndAPI(t *testing.T) {
 	e := newKairEnv(t, Config{})
-	x := e.srv.Incidents()
-	ctx := context.Background()
-	for _, span := range [][2]int64{{0, 100}, {100, 160}, {160, 200}} {
-		if r := e.call("POST", "/api/v1/jobs/j/vectors", tokIngestJ, jsonType, jsonBatch(t, slowdownVectors(4, span[0], span[1], 100, 2)), nil); r.status != 200 {
-			t.Fatalf("ingest: %d %s", r.status, r.body)
-		}
-		e.srv.Detector().EvaluateOnce(ctx)
-		x.Drain(ctx)
-	}
+	injectSlowdown(t, e)
 	r := e.call("GET", "/api/v1/incidents?job=j", tokRead, "", nil, nil)
 	var list struct{ Incidents []incident.Incident }
 	if err := json.Unmarshal(r.body, &list); r.status != 200 || err != nil || len(list.Incidents) != 1 {
