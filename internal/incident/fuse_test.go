@@ -56,7 +56,7 @@ func TestFusionRules(t *testing.T) {
 			want{n: 1, state: StateOpen, conf: ConfidenceWithheld, headline: "no rank, link or operator is localized yet"}},
 		{"join: two engines' onsets and a high-confidence finding make one incident", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150),
 			onset(j, EngineGreyhound, 1003, 90, 140), late(3, ConfidenceHigh)}, now,
-			want{n: 1, state: StateOpen, cause: []string{"rank:3"}, conf: ConfidenceHigh, headline: "Rank 3 (host h3) is slowing the job", chainLayer: []Layer{LayerCollective}}},
+			want{n: 1, state: StateOpen, cause: []string{"rank:3"}, conf: ConfidenceHigh, headline: "Rank 3 on h3 is slowing the job", chainLayer: []Layer{LayerCollective}}},
 		{"one engine, low confidence: suspected, not stated", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), leader("sf/l", 3, ConfidenceLow)}, now,
 			want{n: 1, state: StateOpen, conf: ConfidenceLow, headline: "suspected: rank 3, not confirmed"}},
 		{"two independent engines agree at low confidence: stated", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), leader("sf/l", 3, ConfidenceLow), late(3, ConfidenceLow)}, now,
