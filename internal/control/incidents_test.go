@@ -197,7 +197,7 @@ func TestIncidentLife(t *testing.T) {
 	if len(incs) != 1 || incs[0].ID != id || !slices.Equal(incs[0].Cause, []string{"rank:3"}) {
 		t.Fatalf("after the join: %d incidents, %+v", len(incs), incs)
 	}
-	if len(incs[0].Evidence) != 3 { // two onsets and the finding (progress is not listed)
+	if len(incs[0].Evidence) != 4 { // two onsets, the finding and the incident's own step series
 		t.Fatalf("joined incident holds %d pieces of evidence", len(incs[0].Evidence))
 	}
 	// Opened at step 1000, published at step 1100 (10 s), localized at

@@ -112,7 +112,50 @@ func (f *fuser) build(b *building, next int64, live []Incident, used map[string]
 		kept = append(kept, *e)
 	}
 	inc.Evidence = trimEvidence(kept, inc.Onset, cfg.MaxEvidence)
+	if p := f.progressEvidence(&inc); p != nil {
+		inc.Evidence = append(inc.Evidence, *p)
+	}
 	return inc
+}
+
+// maxIncidentSamples bounds the step times an incident carries for its
+// timeline (evenly thinned beyond it).
+const maxIncidentSamples = 1000
+
+// progressEvidence is the step series over the incident's windows, so a
+// stored incident draws its own timeline after the working set moved on.
+func (f *fuser) progressEvidence(inc *Incident) *Evidence {
+	w := inc.Windows
+	lo, hi := w.Before.FromNS, max(w.During.ToNS, w.After.ToNS)
+	var xs []Sample
+	for i, s := range f.prog.s {
+		if f.prog.inc[i] != inc.Incarnation && len(inc.Incarnations) == 0 {
+			continue
+		}
+		if s.WallNS > 0 && lo > 0 {
+			if s.WallNS < lo || s.WallNS > hi {
+				continue
+			}
+		} else if s.Step < w.Before.FromStep || s.Step > max(w.During.ToStep, w.After.ToStep) {
+			continue
+		}
+		xs = append(xs, s)
+	}
+	if len(xs) == 0 {
+		return nil
+	}
+	if n := len(xs); n > maxIncidentSamples {
+		thin := make([]Sample, 0, maxIncidentSamples)
+		for k := 0; k < maxIncidentSamples; k++ {
+			thin = append(thin, xs[k*(n-1)/(maxIncidentSamples-1)])
+		}
+		xs = thin
+	}
+	first, last := xs[0], xs[len(xs)-1]
+	return &Evidence{ID: "progress/" + inc.ID, Kind: KindProgress, Engine: EngineStageFrontier, Job: inc.Job, Incarnation: inc.Incarnation,
+		AtNS: last.WallNS, Window: Span{FromStep: first.Step, ToStep: last.Step, FromNS: first.WallNS, ToNS: last.WallNS},
+		Signal: SignalProgress, Samples: xs, Ranks: f.prog.ranks,
+		Text: fmt.Sprintf("step times around the incident (%d steps shown)", len(xs))}
 }
 
 // slowMS is the median step time during the incident on the series.

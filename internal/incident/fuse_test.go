@@ -175,6 +175,11 @@ func TestLostTime(t *testing.T) {
 	if w := inc.Windows; w.During.FromStep != 1000 || w.During.ToStep != 1400 || w.Before.ToStep != 999 || w.After.FromStep != 1400 {
 		t.Fatalf("windows %+v", w)
 	}
+	// The incident carries its own step series over its windows (the UI
+	// draws its timeline from it after the working set moved on).
+	if p := inc.Evidence[len(inc.Evidence)-1]; p.Signal != SignalProgress || len(p.Samples) == 0 || p.Samples[0].Step != inc.Windows.Before.FromStep {
+		t.Fatalf("no step series in the incident: last evidence %+v", p.ID)
+	}
 	// Without a step series: estimated from the onset over the span, and
 	// marked partial.
 	e := onset("j", EngineGreyhound, 1000, 100, 150)

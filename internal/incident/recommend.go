@@ -99,7 +99,7 @@ func categoryWords(c Category) string {
 	case CategoryUniform:
 		return "a slowdown of every rank alike"
 	}
-	return "an unknown cause"
+	return "the kind of cause is not known yet"
 }
 
 // DurationWords renders seconds for people ("4 min 12 s", "2 h 5 min").
