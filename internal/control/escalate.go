@@ -536,6 +536,9 @@ func kindWords(k incident.RequestKind) string {
 }
 
 func ranksText(rs []int) string {
+	if len(rs) == 0 {
+		return "all"
+	}
 	s := make([]string, len(rs))
 	for i, r := range rs {
 		s[i] = strconv.Itoa(r)

@@ -63,13 +63,20 @@ func waiting(inc *Incident, evs []*Evidence, caps Capabilities) []Request {
 	if caps.Capture && len(suspects) > 0 && !has[EngineKair] && !hasLayer[LayerOperator] {
 		addReq(RequestCapture, suspects, fmt.Sprintf("a profiler capture of %s shows which operator is slow and which ranks only wait", ranksWords(suspects)))
 	}
-	uniform := slices.ContainsFunc(inc.Hypotheses, func(h Hypothesis) bool { return h.Target.Kind == TargetJob })
-	if caps.Profile && (len(suspects) > 0 || uniform) && !hasLayer[LayerCPU] && !hasLayer[LayerOS] {
-		ranks := suspects
-		if peer := healthyPeer(suspects, caps.Ranks); peer >= 0 {
-			ranks = append(slices.Clone(suspects), peer)
+	if caps.Profile && !hasLayer[LayerCPU] && !hasLayer[LayerOS] {
+		if len(suspects) > 0 {
+			ranks := suspects
+			if peer := healthyPeer(suspects, caps.Ranks); peer >= 0 {
+				ranks = append(slices.Clone(suspects), peer)
+			}
+			addReq(RequestProfile, ranks, "CPU stacks and OS counters of the suspect beside a healthy peer show whether the host or the OS is the cause")
+		} else {
+			// Nothing localized (or every rank alike): a host-side cause
+			// such as another process on one rank's cores may be invisible
+			// to the step and collective signals; SysOM's own slow-rank
+			// and waterline tests run over every rank.
+			addReq(RequestProfile, nil, "nothing is localized yet: CPU stacks and OS counters of every rank show whether one host differs, or what changed on all of them")
 		}
-		addReq(RequestProfile, ranks, "CPU stacks and OS counters of the suspect beside a healthy peer show whether the host or the OS is the cause")
 	}
 	return out
 }

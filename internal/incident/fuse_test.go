@@ -295,6 +295,13 @@ func TestEscalation(t *testing.T) {
 	if slices.ContainsFunc(inc3.Waiting, func(r Request) bool { return r.Kind == RequestCapture }) {
 		t.Fatalf("capture still wanted after KAIR answered: %+v", inc3.Waiting)
 	}
+	// Nothing localized: a profile of every rank is asked (SysOM finds
+	// the rank itself), no capture (no suspect to record).
+	bare := Fuse(Input{Job: "j", Evidence: evs[:2], NowNS: at(2000), Caps: caps}, DefaultConfig())[0]
+	if !slices.ContainsFunc(bare.Waiting, func(r Request) bool { return r.Kind == RequestProfile && len(r.Ranks) == 0 }) ||
+		slices.ContainsFunc(bare.Waiting, func(r Request) bool { return r.Kind == RequestCapture }) {
+		t.Fatalf("nothing localized: want a profile of every rank and no capture: %+v", bare.Waiting)
+	}
 	// Without capabilities nothing is asked.
 	in.Caps = Capabilities{}
 	if w := Fuse(in, DefaultConfig())[0].Waiting; len(w) != 0 {

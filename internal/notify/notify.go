@@ -278,6 +278,21 @@ func (n *Notifier) Run(ctx context.Context) {
 	if !n.started.CompareAndSwap(false, true) {
 		return // one Run per notifier
 	}
+	n.run(ctx)
+}
+
+// Start runs the notifier in its own goroutine. Unlike `go Run(ctx)`, it
+// marks the notifier started before it returns, so a Close right after it
+// always waits for the drain instead of racing the goroutine's start (and
+// losing what was queued).
+func (n *Notifier) Start(ctx context.Context) {
+	if !n.started.CompareAndSwap(false, true) {
+		return
+	}
+	go n.run(ctx)
+}
+
+func (n *Notifier) run(ctx context.Context) {
 	defer close(n.done)
 	soft, stopSoft := context.WithCancel(ctx)
 	defer stopSoft()

@@ -19,7 +19,7 @@ func (s *Server) startNotify(cfg *Config) error {
 		return err
 	}
 	s.notifier = n
-	go n.Run(context.Background())
+	n.Start(context.Background())
 	hook := ""
 	if u, err := url.Parse(cfg.Notify.Webhook); err == nil && cfg.Notify.Webhook != "" {
 		hook = u.Redacted()
