@@ -163,6 +163,8 @@ def run_one(args, exe, extra, case, world, seed, run_no):
                 port = 7100 + (os.getpid() + 2 * run_no) % 400
                 srv, url, token = realrun.start_server(exe, work, port, extra)
                 cl.closers.append(lambda: (srv.terminate(), srv.wait(10)))
+                if getattr(args, "on_start", None):  # eval/incidents watches the server's incidents
+                    args.on_start(url, token, job)
                 proxy = TeeProxy(realrun.HOST_IP, 0, url, os.path.join(work, "uploads")).start()
                 cl.closers.append(proxy.close)
             master = 29500 + (os.getpid() + run_no) % 400
