@@ -101,7 +101,7 @@ QUICK = {"e3": "data", "greyhound": "hog", "sysom": "hog", "kair": "slow_op", "e
 NEEDS_ROOT = ("greyhound", "sysom", "kair")
 # Rough seconds per run on the 2-core box (startup included) for --dry-run's
 # estimate; the real figures are in each record's wall_s.
-EST_S = {"e3": 65, "greyhound": 75, "sysom": 80, "kair": 95, "extra": 70}
+EST_S = {"e3": 55, "greyhound": 80, "sysom": 80, "kair": 130, "extra": 60}
 
 
 def log(msg):
@@ -580,9 +580,12 @@ def run_greyhound(args, exe, flags, case, seed):
         rec["truth"] = {"control": control, "faults": faults, "inject_ns": t0, "end_ns": t1, "steps_in_fault": n,
                         "base_ms": run.get("base_ms"), "fault_ms": run.get("fault_ms")}
         eng = watch_rec.get("engines") or []
+        # The engines' verdicts while the fault was on (2 s before its end:
+        # a report polled at the relief already reads the relief window).
+        t1e = t1 - 2e9 if t1 else None
         rec["engines"] = {"greyhound": norm(gh_row["score"]),
-                          "stagefrontier": sf_outcome(during(eng, "stagefrontier", t0, t1), faults)}
-        rec["absorbed"] = absorbed(eng, t0, t1)
+                          "stagefrontier": sf_outcome(during(eng, "stagefrontier", t0, t1e), faults)}
+        rec["absorbed"] = absorbed(eng, t0, t1e)
         rec["harness_row"] = {k: gh_row.get(k) for k in ("score", "verdict_kind", "named", "verdict_s", "detect_s",
                                                          "cp_s", "slowdown_pct", "note")}
         if run.get("rank_exit") and any(run["rank_exit"]):
@@ -744,7 +747,7 @@ def main(argv=None):
     ap.add_argument("--gh-after", type=int, default=60)
     ap.add_argument("--sysom-inject-after", type=float, default=30.0)
     ap.add_argument("--kair-onset", type=int, default=30)
-    ap.add_argument("--kair-gh-wait", type=float, default=30.0)
+    ap.add_argument("--kair-gh-wait", type=float, default=20.0, help="kair: seconds to wait for a Greyhound verdict after the capture")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     ap.add_argument("--laggard", default="", help="laggard binary (default: go build into a temp dir)")
     ap.add_argument("--out", default="", help="run records (default: results/runs.jsonl; --quick: eval/out/incidents/quick.jsonl)")

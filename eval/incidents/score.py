@@ -262,6 +262,18 @@ def milestones(snapshots, truth):
     return out
 
 
+# A fault slowed the job when its step time rose by at least this much: the
+# issue's own band (a job within 10 % of healthy has recovered).
+MATERIAL = 0.10
+
+
+def slowdown(base_ms, fault_ms):
+    """Relative rise of the job's median step time during the fault, or None."""
+    if not base_ms or fault_ms is None:
+        return None
+    return round(fault_ms / base_ms - 1.0, 3)
+
+
 def expected_lost(faults, steps_in_fault, base_ms=None, fault_ms=None):
     """The lost time the injection should cost (s), and how it was got:
     "nominal" = the injected delay per step × the steps run with it (when
@@ -304,8 +316,14 @@ def score_run(run):
     # Incidents wanted: one per injected fault (two faults at once: one
     # incident with both, or one each); none in a control.
     n = m["opened_total"]
+    row["slowdown"] = slowdown(truth.get("base_ms"), truth.get("fault_ms"))
+    row["material"] = not control and (row["slowdown"] is None or row["slowdown"] >= MATERIAL)
     if control:
         row["incidents_ok"] = n == 0
+    elif not row["material"]:
+        # The fault did not slow the job (an interferer the job does not
+        # wait for): no incident is as right as one.
+        row["incidents_ok"] = m["opened_pre"] == 0 and n <= len(faults)
     else:
         row["incidents_ok"] = m["opened_pre"] == 0 and (n == 1 or n == len(faults))
     # Lost time of the incidents that concern the fault, at the last poll.
@@ -317,6 +335,7 @@ def score_run(run):
     row["lost_ratio"] = round(lost / exp, 3) if exp and live else None
     row["engines"] = dict(run.get("engines") or {})
     row["absorbed"] = bool(run.get("absorbed"))
+    row["fault_kinds"] = sorted({f["kind"] for f in faults})
     row["headline"] = next((ci.get("headline") for ci in live if ci.get("headline")), "")
     return row
 

@@ -76,7 +76,10 @@ def group(rows):
     for r in rows:
         fams.setdefault(r["family"], []).append(r)
     out = [summarize(f, fams[f]) for f in sorted(fams, key=family_order)]
-    absorbed = [r for r in rows if r.get("absorbed") and not r.get("control")]
+    # The class fusion exists for: one rank's delay that StageFrontier
+    # withholds as absorbed inside a stage (a collective or barrier hides
+    # who); a slow link that it withholds the same way is not that class.
+    absorbed = [r for r in rows if r.get("absorbed") and not r.get("control") and r.get("fault_kinds") == ["rank"]]
     if absorbed:
         out.append(summarize(ABSORBED, absorbed))
     faults = [r for r in rows if not r.get("control")]
@@ -97,12 +100,17 @@ def summarize(name, rows):
     for o in score.OUTCOMES:
         s[o] = sum(1 for r in rows if r.get("outcome") == o)
     s["wrong_high"] = sum(1 for r in rows if r.get("wrong_high"))
+    s["layer_off"] = sum(1 for r in rows if r.get("layer") != "on")
     for k in ("opened_s", "localized_s", "explained_s"):
         xs = [r.get(k) for r in rows]
         s[k + "_p50"] = score.percentile(xs, 50) if not control else None
         s[k + "_p90"] = score.percentile(xs, 90) if not control else None
-    s["loc10"] = sum(1 for r in rows if r.get("localized_right_s") is not None and r["localized_right_s"] <= 10)
-    s["expl20"] = sum(1 for r in rows if r.get("explained_right_s") is not None and r["explained_right_s"] <= 20)
+    # The time targets are over the runs whose fault slowed the job (≥ 10 %):
+    # an interferer the job does not wait for has nothing to localize.
+    mat = [r for r in rows if r.get("material", True) and not r.get("control")]
+    s["material"] = len(mat)
+    s["loc10"] = sum(1 for r in mat if r.get("localized_right_s") is not None and r["localized_right_s"] <= 10)
+    s["expl20"] = sum(1 for r in mat if r.get("explained_right_s") is not None and r["explained_right_s"] <= 20)
     ratios = [r["lost_ratio"] for r in rows if r.get("lost_ratio") is not None]
     s["lost_ratio_p50"] = statistics.median(ratios) if ratios else None
     s["lost_ratio_n"] = len(ratios)
@@ -123,7 +131,7 @@ def frac(k, n):
     return "%d/%d" % (k, n)
 
 
-HEADER = ["family", "runs", "incidents opened: mean (exactly 1 | 0 in controls)", "right / partial / withheld / wrong",
+HEADER = ["family", "runs", "slowed ≥ 10 %", "incidents opened: mean (as wanted)", "right / partial / withheld / wrong",
           "wrong high-conf.", "opened p50 / p90 (s)", "localized p50 / p90 (s)", "explained p50 / p90 (s)",
           "right & localized ≤ 10 s", "right & explained ≤ 20 s", "lost-time ratio (median, n)",
           "best single engine: right (which)", "fused ≥ best"]
@@ -137,15 +145,17 @@ def render_summary(groups):
         times = ["—"] * 3 if s["control"] else ["%s / %s" % (fmt_s(s[k + "_p50"]), fmt_s(s[k + "_p90"]))
                                                  for k in ("opened_s", "localized_s", "explained_s")]
         lines.append("| " + " | ".join(str(c) for c in [
-            s["family"], s["runs"], "%.2f (%s)" % (s["opened_mean"], frac(s["incidents_ok"], s["runs"])),
+            s["family"], s["runs"], "—" if s["control"] else frac(s["material"], s["runs"]),
+            "%.2f (%s)" % (s["opened_mean"], frac(s["incidents_ok"], s["runs"])),
             " / ".join(str(s[o]) for o in score.OUTCOMES), s["wrong_high"], *times,
-            "—" if s["control"] else frac(s["loc10"], s["runs"]), "—" if s["control"] else frac(s["expl20"], s["runs"]),
+            "—" if s["control"] else frac(s["loc10"], s["material"]),
+            "—" if s["control"] else frac(s["expl20"], s["material"]),
             "—" if s["lost_ratio_p50"] is None else "%.2f (%d)" % (s["lost_ratio_p50"], s["lost_ratio_n"]),
             best, ge]) + " |")
     return "\n".join(lines)
 
 
-RUN_HEADER = ["family", "seed", "incidents (pre)", "outcome", "stated", "suspects", "wrong high", "opened", "localized",
+RUN_HEADER = ["family", "seed", "layer", "slowdown", "incidents (pre)", "outcome", "stated", "suspects", "wrong high", "opened", "localized",
               "explained", "recovering", "observed", "lost s / expected s", "engines", "absorbed"]
 
 
@@ -157,7 +167,8 @@ def render_runs(rows):
             r["lost_s"], "—" if r.get("expected_lost_s") is None else "%.1f" % r["expected_lost_s"],
             " (%s)" % r["expected_basis"] if r.get("expected_basis") else "")
         lines.append("| " + " | ".join(str(c) for c in [
-            r["family"], r.get("seed"), "%d (%d)" % (r.get("opened_total", 0), r.get("opened_pre", 0)),
+            r["family"], r.get("seed"), r.get("layer") or "?", "—" if r.get("slowdown") is None else "%+.0f %%" % (100 * r["slowdown"]),
+            "%d (%d)" % (r.get("opened_total", 0), r.get("opened_pre", 0)),
             r.get("outcome") + (" (error: %s)" % r["error"][:80] if r.get("error") else ""),
             ", ".join(r.get("stated") or []) or "—", ", ".join(r.get("suspects") or []) or "—",
             ", ".join(r.get("wrong_high") or []) or "0", fmt_s(r.get("opened_s")), fmt_s(r.get("localized_s")),
@@ -174,13 +185,17 @@ def targets(groups):
     out = []
     if faults:
         out.append("- exactly one incident per injected fault: %s runs" % frac(faults["incidents_ok"], faults["runs"]))
-        out.append("- right & localized within 10 s: %s; right & explained within 20 s: %s (target: 90%% of runs)" % (
-            frac(faults["loc10"], faults["runs"]), frac(faults["expl20"], faults["runs"])))
+        out.append("- right & localized within 10 s: %s; right & explained within 20 s: %s of the runs whose fault "
+                   "slowed the job by ≥ 10 %% (target: 90 %%)" % (frac(faults["loc10"], faults["material"]),
+                                                                   frac(faults["expl20"], faults["material"])))
     if controls:
         out.append("- no incident in controls: %s runs" % frac(controls["incidents_ok"], controls["runs"]))
     wh = sum(s["wrong_high"] for s in fams)
     out.append("- wrong causes stated with high confidence (at any poll): %d runs (target 0)" % wh)
     bad = [s["family"] for s in fams if s["fused_ge_best"] is False]
+    if any(s.get("layer_off") for s in fams):
+        out.insert(0, "- **%d runs never got an answer from GET /api/v1/incidents** (layer off or route missing): "
+                   "their outcomes say nothing about incidents" % sum(s.get("layer_off", 0) for s in fams))
     out.append("- fused right at least as often as the best single engine: %s" % (
         "every family" if not bad else "not on " + ", ".join(bad)))
     return "\n".join(out)

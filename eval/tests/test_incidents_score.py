@@ -259,6 +259,19 @@ class Lost(unittest.TestCase):
         self.assertEqual((r["lost_s"], r["expected_lost_s"], r["lost_ratio"]), (4.0, 5.0, 0.8))
 
 
+class Material(unittest.TestCase):
+    def test_no_slowdown_wants_no_incident_or_one(self):
+        truth = {"faults": [score.fault("sysom:vfs", 2, T0)], "inject_ns": T0, "base_ms": 100.0, "fault_ms": 104.0}
+        r = score.score_run({"truth": truth, "watch": {"snapshots": [snap(T0 + S)]}})
+        self.assertEqual((r["slowdown"], r["material"], r["incidents_ok"]), (0.04, False, True))
+        truth["fault_ms"] = 130.0
+        r = score.score_run({"truth": truth, "watch": {"snapshots": [snap(T0 + S)]}})
+        self.assertEqual((r["slowdown"], r["material"], r["incidents_ok"]), (0.3, True, False))
+        del truth["fault_ms"]  # unknown: treated as a slowdown
+        r = score.score_run({"truth": truth, "watch": {"snapshots": [snap(T0 + S, incident())]}})
+        self.assertEqual((r["slowdown"], r["material"], r["incidents_ok"]), (None, True, True))
+
+
 class Percentile(unittest.TestCase):
     def test_unreached_counts_as_infinite(self):
         self.assertEqual(score.percentile([3.0, 1.0, 2.0], 50), 2.0)
@@ -269,6 +282,7 @@ class Percentile(unittest.TestCase):
 
 def row(family, seed=1, outcome="right", engines=None, control=False, **kw):
     r = {"family": family, "seed": seed, "outcome": outcome, "control": control, "engines": engines or {},
+         "fault_kinds": [] if control else ["rank"],
          "opened_total": 0 if control else 1, "incidents_ok": True, "wrong_high": [], "opened_s": 2.0,
          "localized_s": 5.0, "explained_s": 12.0, "localized_right_s": 5.0, "explained_right_s": 12.0,
          "lost_ratio": 1.0, "absorbed": False}
@@ -289,8 +303,10 @@ class Table(unittest.TestCase):
                 row("e3:backward_comm", 2, outcome="withheld", localized_s=None, explained_s=None,
                     localized_right_s=None, explained_right_s=None, engines={"greyhound": "right"}, absorbed=True),
                 row("kair:none", control=True, incidents_ok=True),
+                row("kair:slow_link", fault_kinds=["link"], absorbed=True),
                 row("greyhound:hog", outcome="wrong", wrong_high=["rank:0"], localized_right_s=None,
-                    explained_right_s=None, engines={"greyhound": "wrong"})]
+                    explained_right_s=None, engines={"greyhound": "wrong"}),
+                row("sysom:vfs", outcome="withheld", material=False, localized_right_s=None, explained_right_s=None)]
         g = {s["family"]: s for s in table.group(rows)}
         bc = g["e3:backward_comm"]
         self.assertEqual((bc["runs"], bc["right"], bc["withheld"], bc["best_right"], bc["fused_ge_best"]),
@@ -298,7 +314,8 @@ class Table(unittest.TestCase):
         self.assertEqual((bc["localized_s_p50"], bc["localized_s_p90"]), (5.0, math.inf))
         self.assertEqual((bc["loc10"], bc["expl20"]), (1, 1))
         self.assertEqual(g[table.ABSORBED]["runs"], 2)
-        self.assertEqual((g["all faults"]["runs"], g["all controls"]["runs"]), (3, 1))
+        self.assertEqual((g["all faults"]["runs"], g["all controls"]["runs"]), (5, 1))
+        self.assertEqual((g["all faults"]["material"], g["all faults"]["loc10"]), (4, 2))  # vfs did not slow the job
         self.assertEqual(g["greyhound:hog"]["wrong_high"], 1)
         self.assertTrue(g["greyhound:hog"]["fused_ge_best"])  # 0 right ≥ 0 right
         md = table.render_summary(table.group(rows))
