@@ -459,9 +459,7 @@ def run_local(args, exe, flags, family, case, seed):
     world = 4
     work = tempfile.mkdtemp(prefix="incidents-%s-" % case)
     job = "inc-%s-s%d-%d" % (case, seed, int(time.time()))
-    rec = {"harness": family.split(":")[0], "case": case, "family": family, "seed": seed, "job": job, "world": world,
-           "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_before": round(os.getloadavg()[0], 2),
-           "serve_flags": flags}
+    rec = new_record(family, case, seed, flags, job=job)
     onset = args.onset
     demo = ["--world", str(world), "--steps", "100000", "--seed", str(seed), "--data-seed", str(seed), "--job", job,
             "--warmup", "0", "--log-every", "1000", "--collectives", "on", "--validation", "on"]
@@ -526,10 +524,7 @@ def run_local(args, exe, flags, family, case, seed):
             sysom_cases.kill(p)
         if srv is not None:
             srv.close()
-    rec["wall_s"] = round(time.time() - t_start, 1)
-    rec["load_after"] = round(os.getloadavg()[0], 2)
-    finish_work(args, rec, work)
-    return rec
+    return close_record(args, rec, work, t_start)
 
 
 # --- the netns / agent harnesses, through their own run functions -----------------
@@ -547,9 +542,7 @@ def run_greyhound(args, exe, flags, case, seed):
     la = ns_args(world=4, fault_rank=1, onset=args.gh_onset, fault_steps=args.gh_fault_steps, after=args.gh_after,
                  hogs=4, sleep_ms=100.0, rate="1gbit", vocab=16384, dim=64, batch=16, seq=16, interval="1s", poll=1.0,
                  timeout=args.timeout, laggard=exe, results=work, serve_extra=flags, on_start=watch)
-    rec = {"harness": "greyhound", "case": case, "family": "greyhound:" + case, "seed": seed, "world": 4,
-           "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_before": round(os.getloadavg()[0], 2),
-           "serve_flags": flags}
+    rec = new_record("greyhound:" + case, case, seed, flags)
     t_start = time.time()
     try:
         run = localize.run_one(la, case, seed, exe)
@@ -591,10 +584,7 @@ def run_greyhound(args, exe, flags, case, seed):
         if run.get("rank_exit") and any(run["rank_exit"]):
             rec["error"] = "rank exit codes %s" % run["rank_exit"]
         save_full(args, rec, full)
-    rec["wall_s"] = round(time.time() - t_start, 1)
-    rec["load_after"] = round(os.getloadavg()[0], 2)
-    finish_work(args, rec, work)
-    return rec
+    return close_record(args, rec, work, t_start)
 
 
 def run_sysom(args, exe, flags, case, seed):
@@ -607,9 +597,7 @@ def run_sysom(args, exe, flags, case, seed):
                  pps=40000, min_wait=5.0, timeout=args.sysom_inject_after + args.observe + 20, hz=99, ratio=0.1,
                  log_values=2048, out=work, keep=True, laggard=exe, serve_extra=flags, on_start=watch,
                  hold_s=args.observe)
-    rec = {"harness": "sysom", "case": case, "family": "sysom:" + case, "seed": seed, "world": 4,
-           "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_before": round(os.getloadavg()[0], 2),
-           "serve_flags": flags}
+    rec = new_record("sysom:" + case, case, seed, flags)
     t_start = time.time()
     try:
         row = sysom_cases.run_case(ca, exe, case, seed)
@@ -640,10 +628,7 @@ def run_sysom(args, exe, flags, case, seed):
                                                       "diagnosis_s", "wrong_confident_before_diagnosis", "others_named")}
         save_full(args, rec, full)
         shutil.rmtree(row.get("work") or "", ignore_errors=True)
-    rec["wall_s"] = round(time.time() - t_start, 1)
-    rec["load_after"] = round(os.getloadavg()[0], 2)
-    finish_work(args, rec, work)
-    return rec
+    return close_record(args, rec, work, t_start)
 
 
 def run_kair(args, exe, flags, case, seed, run_no):
@@ -655,9 +640,7 @@ def run_kair(args, exe, flags, case, seed, run_no):
                  timeout=args.timeout, dry_run=False, dry_steps=8, results=work, trace_kib=300, overwrite_traces=False,
                  keep=False, on_start=watch)
     base_flags, _ = kair_run.serve_flags(exe)
-    rec = {"harness": "kair", "case": case, "family": "kair:" + case, "seed": seed, "world": 4,
-           "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_before": round(os.getloadavg()[0], 2),
-           "serve_flags": base_flags + flags}
+    rec = new_record("kair:" + case, case, seed, base_flags + flags)
     t_start = time.time()
     row = kair_run.run_one(ka, exe, base_flags + flags, case, 4, seed, run_no)
     watch_rec, full = watch.finish()
@@ -685,13 +668,25 @@ def run_kair(args, exe, flags, case, seed, run_no):
                           "kair_error": row.get("kair_error"), "agreement": row.get("agreement")}
     save_full(args, rec, full)
     shutil.rmtree(row.get("work") or "", ignore_errors=True)
+    return close_record(args, rec, work, t_start)
+
+
+# --- bookkeeping --------------------------------------------------------------------
+
+def new_record(family, case, seed, flags, **kw):
+    rec = {"harness": family.split(":")[0], "case": case, "family": family, "seed": seed, "world": 4,
+           "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_before": round(os.getloadavg()[0], 2),
+           "serve_flags": flags}
+    rec.update(kw)
+    return rec
+
+
+def close_record(args, rec, work, t_start):
     rec["wall_s"] = round(time.time() - t_start, 1)
     rec["load_after"] = round(os.getloadavg()[0], 2)
     finish_work(args, rec, work)
     return rec
 
-
-# --- bookkeeping --------------------------------------------------------------------
 
 def save_full(args, rec, full):
     """The full single view of every incident (evidence included) at its
