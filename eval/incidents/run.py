@@ -101,7 +101,7 @@ QUICK = {"e3": "data", "greyhound": "hog", "sysom": "hog", "kair": "slow_op", "e
 NEEDS_ROOT = ("greyhound", "sysom", "kair")
 # Rough seconds per run on the 2-core box (startup included) for --dry-run's
 # estimate; the real figures are in each record's wall_s.
-EST_S = {"e3": 55, "greyhound": 80, "sysom": 80, "kair": 130, "extra": 60}
+EST_S = {"e3": 50, "greyhound": 70, "sysom": 75, "kair": 115, "extra": 55}
 
 
 def log(msg):
@@ -730,7 +730,7 @@ def main(argv=None):
     ap.add_argument("--serve-flag", action="append", default=[], help="extra serve flag, -name=value (repeatable)")
     ap.add_argument("--poll", type=float, default=0.5, help="seconds between incident polls")
     ap.add_argument("--engines-every", type=float, default=2.0, help="seconds between engine-report polls (0: off)")
-    ap.add_argument("--observe", type=float, default=35.0, help="seconds a fault is watched after its injection "
+    ap.add_argument("--observe", type=float, default=30.0, help="seconds a fault is watched after its injection "
                     "(e3, extra, sysom)")
     ap.add_argument("--onset", type=int, default=100, help="e3/extra: first faulty step")
     ap.add_argument("--delay-ms", type=float, default=120.0, help="e3: injected delay per step")
@@ -738,9 +738,10 @@ def main(argv=None):
     ap.add_argument("--second-after", type=int, default=15, help="extra: steps between the two injections")
     ap.add_argument("--hogs", type=int, default=2, help="extra: busy processes of the CPU hog")
     ap.add_argument("--gh-onset", type=int, default=60)
-    ap.add_argument("--gh-fault-steps", type=int, default=200)
-    ap.add_argument("--gh-after", type=int, default=60)
-    ap.add_argument("--sysom-inject-after", type=float, default=30.0)
+    ap.add_argument("--gh-fault-steps", type=int, default=150)
+    ap.add_argument("--gh-after", type=int, default=40)
+    ap.add_argument("--sysom-inject-after", type=float, default=32.0,
+                    help="sysom: the fault starts this long after the first step (its report's baseline is as long as the observation)")
     ap.add_argument("--kair-onset", type=int, default=30)
     ap.add_argument("--kair-gh-wait", type=float, default=20.0, help="kair: seconds to wait for a Greyhound verdict after the capture")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
