@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/laggard-dev/laggard/internal/auth"
-	"github.com/laggard-dev/laggard/internal/detect"
+	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/server"
 	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/ui"
@@ -181,8 +181,8 @@ type kairOptions struct {
 	steps    int
 }
 
-func (o kairOptions) config() detect.KairConfig {
-	return detect.KairConfig{Off: o.trigger == "off", Cooldown: o.cooldown, Steps: o.steps}
+func (o kairOptions) config() control.KairConfig {
+	return control.KairConfig{Off: o.trigger == "off", Cooldown: o.cooldown, Steps: o.steps}
 }
 
 func (o kairOptions) validate() error {
@@ -202,8 +202,8 @@ func (o kairOptions) validate() error {
 // greyhoundOptions schedule the Greyhound-Detect controller.
 type greyhoundOptions struct{ interval, margin time.Duration }
 
-func (o greyhoundOptions) config() detect.GreyhoundConfig {
-	c := detect.GreyhoundConfig{Interval: o.interval, Margin: o.margin}
+func (o greyhoundOptions) config() control.GreyhoundConfig {
+	c := control.GreyhoundConfig{Interval: o.interval, Margin: o.margin}
 	if o.interval == 0 {
 		c.Interval = -1
 	}

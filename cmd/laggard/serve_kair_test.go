@@ -7,7 +7,7 @@ import (
 )
 
 // -kair-trigger, -kair-cooldown and -kair-steps: valid values map onto
-// detect.KairConfig; others are refused naming the flag; the zero value
+// control.KairConfig; others are refused naming the flag; the zero value
 // (demo) is valid and means the defaults.
 func TestKairServeFlags(t *testing.T) {
 	for _, tc := range []struct {

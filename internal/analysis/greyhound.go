@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/url"
 	"slices"
@@ -20,10 +19,11 @@ import (
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
-// GreyhoundSource is what the Greyhound adapter reads and writes: the
-// collective keyspace (contract §2), the stage vectors' step numbers and
-// wall times (the plan's at_step, §7.2's truth), and the controller's own
-// keyspace (docs/format/greyhound.md). *store.Store implements it.
+// GreyhoundSource is what the Greyhound adapter reads: the collective
+// keyspace (contract §2), the stage vectors' step numbers and wall times
+// (the plan's at_step, §7.2's truth), and the controller's own keyspace
+// (docs/format/greyhound.md; internal/control writes it).
+// *store.Store implements it.
 type GreyhoundSource interface {
 	Job(id string) (*signal.Job, error)
 	Stats(job string) (store.JobStats, error)
@@ -32,12 +32,9 @@ type GreyhoundSource interface {
 	ScanCalls(job string, q store.CallQuery, fn func(c *collective.Call) error) error
 	Comms(job string) ([]collective.Comm, error)
 	GreyhoundState(job string) ([]byte, error)
-	SaveGreyhound(job string, state []byte, plan *store.ValidationRecord) error
-	PutValidationResult(job string, seq uint32, rank int, res []byte) (dup bool, err error)
 	ValidationRecords(job string, since uint32) ([]store.ValidationRecord, error)
 	ValidationPlan(job string, seq uint32) ([]byte, error)
 	ValidationResults(job string, seq uint32) (map[int][]byte, error)
-	HasValidationResult(job string, seq uint32, rank int) (bool, error)
 }
 
 var _ GreyhoundSource = (*store.Store)(nil)
@@ -165,30 +162,11 @@ type PublishedPlan struct {
 	DeadlineMS int64  `json:"deadline_ms"`
 }
 
-// open reports whether the plan is still open at nowNS (CreatedNS 0: no
-// deadline known, open).
-func (p *PublishedPlan) open(nowNS int64) bool {
-	return p != nil && (p.CreatedNS == 0 || nowNS-p.CreatedNS < p.DeadlineMS*1e6)
-}
-
-// published is the plan open to the ranks: the state's Published, or for
-// a state written before it existed, the controller's plan while it
-// validates.
-func (s *GreyhoundState) published() *PublishedPlan {
-	if s.Published != nil {
-		return s.Published
-	}
-	if p := s.Controller.Plan; p != nil && s.Controller.Phase == greyhound.PhaseValidation {
-		return &PublishedPlan{ID: p.ID, CreatedNS: s.PlanCreatedNS, DeadlineMS: p.DeadlineMS}
-	}
-	return nil
-}
-
 // Greyhound is the store→Greyhound-engine adapter: it resolves windows,
 // loads calls, communicators, validation runs and the controller state,
-// runs greyhound.Analyze, steps the controller (Advance,
-// greyhound_advance.go) and keeps the validation protocol's records.
-// Safe for concurrent use.
+// and runs greyhound.Analyze. Stepping the controller, publishing plans
+// and taking results act, so they live in internal/control
+// (control.GreyhoundLifecycle). Safe for concurrent use.
 type Greyhound struct {
 	src GreyhoundSource
 	cfg greyhound.Config
@@ -261,31 +239,9 @@ func (g *Greyhound) State(job string) (*GreyhoundState, error) {
 	return &s, nil
 }
 
-// Save stores the state and, when plan is not nil, publishes it (one
-// durable write).
-func (g *Greyhound) Save(job string, s *GreyhoundState, plan *greyhound.Plan) error {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return err
-	}
-	var rec *store.ValidationRecord
-	if plan != nil {
-		seq, err := ParseValidationID(plan.ID)
-		if err != nil {
-			return fmt.Errorf("plan id: %w", err)
-		}
-		wp := wirePlan(plan, s.PlanCreatedNS)
-		wp.Incarnation = s.Incarnation
-		pb, err := json.Marshal(wp)
-		if err != nil {
-			return err
-		}
-		rec = &store.ValidationRecord{Seq: seq, Plan: pb}
-	}
-	return g.src.SaveGreyhound(job, b, rec)
-}
-
-func wirePlan(p *greyhound.Plan, createdNS int64) *ValidationPlan {
+// WirePlan is the engine's plan as published to the ranks
+// (docs/format/greyhound.md), created at createdNS.
+func WirePlan(p *greyhound.Plan, createdNS int64) *ValidationPlan {
 	w := &ValidationPlan{ID: p.ID, AtStep: p.AtStep, DeadlineMS: p.DeadlineMS, CreatedNS: createdNS, BudgetMS: p.BudgetMS,
 		GEMM: &GEMMTest{Ranks: p.GEMM.Ranks, N: p.GEMM.N, Dtype: p.GEMM.Dtype, Reps: p.GEMM.Reps},
 		P2P:  &P2PTest{SizesBytes: p.P2P.SizesBytes, Reps: p.P2P.Reps, PassBudgetMS: p.P2P.PassBudgetMS, StopRatio: p.P2P.StopRatio}}
@@ -399,9 +355,9 @@ func (g *Greyhound) Results(job, id string) ([]greyhound.RankResult, error) {
 	return res, nil
 }
 
-// storedPlan reads plan seq (point read); the error wraps
-// store.ErrNotFound when there is none.
-func (g *Greyhound) storedPlan(job string, seq uint32) (*ValidationPlan, error) {
+// Plan reads the job's stored validation plan seq (point read); the
+// error wraps store.ErrNotFound when there is none.
+func (g *Greyhound) Plan(job string, seq uint32) (*ValidationPlan, error) {
 	b, err := g.src.ValidationPlan(job, seq)
 	if err != nil {
 		return nil, err
@@ -411,115 +367,6 @@ func (g *Greyhound) storedPlan(job string, seq uint32) (*ValidationPlan, error) 
 		return nil, fmt.Errorf("stored validation plan %d: %w: %v", seq, store.ErrCorrupt, err)
 	}
 	return &w, nil
-}
-
-// OpenPlan returns the plan rank should run: the newest published plan
-// until its deadline (whatever the controller's phase since), unless rank
-// already answered it or the plan was made for another incarnation than
-// the poller's (inc ≥ 0; -1: the job's newest); nil when none. Point
-// reads only: ranks poll it every ~2 s.
-func (g *Greyhound) OpenPlan(job string, rank, inc int, nowNS int64) (*ValidationPlan, error) {
-	j, err := g.src.Job(job)
-	if err != nil {
-		return nil, err
-	}
-	s, err := g.State(job)
-	if err != nil {
-		return nil, err
-	}
-	pub := s.published()
-	if !pub.open(nowNS) {
-		return nil, nil
-	}
-	seq, err := ParseValidationID(pub.ID)
-	if err != nil {
-		return nil, err
-	}
-	if done, err := g.src.HasValidationResult(job, seq, rank); err != nil || done {
-		return nil, err
-	}
-	w, err := g.storedPlan(job, seq)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil // state saved, plan not: cannot happen (one batch)
-	}
-	if err != nil || w.Incarnation != pollerIncarnation(j, inc) {
-		return nil, err // a plan belongs to the launch it was made for
-	}
-	return w, nil
-}
-
-// pollerIncarnation is the incarnation a validation poll or result comes
-// from: the one it names, else the job's newest.
-func pollerIncarnation(j *signal.Job, inc int) int {
-	if inc >= 0 {
-		return inc
-	}
-	return j.Current()
-}
-
-// ErrPlanClosed: a result for a plan that is no longer open (answered
-// after its deadline, or for a plan a newer one replaced); the API says
-// 409.
-var ErrPlanClosed = errors.New("the validation plan is closed")
-
-// PostResult checks one rank's result against plan id and stores it at
-// nowNS. wantRank (≥ 0) is the rank the poster says it is (?rank=): the
-// body must agree. A rank's repeated post of the same result is a
-// duplicate (dup true) and changes nothing; another result for a rank
-// that answered is a *signal.ConflictError naming rank. A plan stays open
-// until its deadline even after the controller moved on (Published). A
-// result from another incarnation than the plan's (inc ≥ 0 as the poster
-// names it, -1: the job's newest) is a *signal.ConflictError naming
-// incarnation: a plan belongs to the launch it was made for.
-func (g *Greyhound) PostResult(job, id string, nowNS int64, wantRank, inc int, body io.Reader) (res *ValidationResult, dup bool, err error) {
-	seq, err := ParseValidationID(id)
-	if err != nil {
-		return nil, false, err
-	}
-	j, err := g.src.Job(job)
-	if err != nil {
-		return nil, false, err
-	}
-	w, err := g.storedPlan(job, seq)
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, false, fmt.Errorf("job %q has no validation plan %s: %w", job, id, store.ErrNotFound)
-		}
-		return nil, false, err
-	}
-	if from := pollerIncarnation(j, inc); w.Incarnation != from {
-		return nil, false, &signal.ConflictError{Field: ParamIncarnation, Msg: fmt.Sprintf("validation plan %s of job %q was made for incarnation %d, not %d", id, signal.Clip(job), w.Incarnation, from)}
-	}
-	res, err = DecodeValidationResult(body, w, j.At(w.Incarnation).WorldSize)
-	if err != nil {
-		return nil, false, err
-	}
-	if wantRank >= 0 && res.Rank != wantRank {
-		return nil, false, signal.FieldErrorf("rank", "is %d, but the request is for rank %d", res.Rank, wantRank)
-	}
-	s, err := g.State(job)
-	if err != nil {
-		return nil, false, err
-	}
-	if pub := s.published(); pub == nil || pub.ID != id || !pub.open(nowNS) {
-		// Closed: a retry of a stored result is still answered (dup or
-		// conflict, nothing written); a new one is refused.
-		if has, err := g.src.HasValidationResult(job, seq, res.Rank); err != nil || !has {
-			if err == nil {
-				err = fmt.Errorf("job %q: plan %s: %w (the controller is in %s)", job, id, ErrPlanClosed, s.Controller.Phase)
-			}
-			return nil, false, err
-		}
-	}
-	b, err := json.Marshal(res)
-	if err != nil {
-		return nil, false, err
-	}
-	dup, err = g.src.PutValidationResult(job, seq, res.Rank, b)
-	if err != nil {
-		return nil, false, err
-	}
-	return res, dup, nil
 }
 
 // window resolves the request's [from, to] over what is stored within

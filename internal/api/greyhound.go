@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/signal"
 )
 
 // Greyhound is the Greyhound-Detect controller the routes below serve
-// (docs/format/greyhound.md); *detect.Controller implements it.
+// (docs/format/greyhound.md); *control.Greyhound implements it.
 type Greyhound interface {
 	Report(ctx context.Context, req analysis.GreyhoundRequest) (*analysis.GreyhoundReport, error)
 	// OpenPlan is the plan rank of incarnation inc (?incarnation=; -1:
@@ -140,7 +141,7 @@ func (a *API) validationResult(w http.ResponseWriter, r *http.Request) {
 	res, dup, err := a.d.Greyhound.PostResult(job.ID, r.PathValue("vid"), rank, inc, body)
 	if err != nil {
 		status := statusOf(err)
-		if errors.Is(err, analysis.ErrPlanClosed) {
+		if errors.Is(err, control.ErrPlanClosed) {
 			status = http.StatusConflict
 		}
 		a.fail(w, r, status, err)

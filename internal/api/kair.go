@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/optrace"
 	"github.com/laggard-dev/laggard/internal/store"
@@ -30,7 +31,7 @@ import (
 // the plan (the poll doubles as the clock heartbeat, Feature 4) and
 // uploads its trace — and the KAIR report over a capture's traces.
 
-// Kair is the capture controller the routes serve; *detect.Kair
+// Kair is the capture controller the routes serve; *control.Kair
 // implements it (the clock, the trigger metrics, the auto trigger).
 type Kair interface {
 	CreateCapture(job string, req analysis.CaptureRequest) (*store.Capture, error)
@@ -88,7 +89,7 @@ const (
 )
 
 // kairMetrics count trace uploads (laggard_kair_*; captures_total is the
-// controller's, internal/detect).
+// controller's, internal/control).
 type kairMetrics struct {
 	uploads      prometheus.Counter
 	bytes        prometheus.Counter
@@ -157,7 +158,7 @@ func (a *API) kair(w http.ResponseWriter, r *http.Request) (*signal.Job, bool) {
 // and too few traces are 409, a trace over the store's bound 413.
 func kairStatus(err error) int {
 	switch {
-	case errors.Is(err, analysis.ErrCaptureOpen), errors.Is(err, analysis.ErrCaptureClosed), errors.Is(err, analysis.ErrTooFewTraces):
+	case errors.Is(err, control.ErrCaptureOpen), errors.Is(err, control.ErrCaptureClosed), errors.Is(err, analysis.ErrTooFewTraces):
 		return http.StatusConflict
 	case errors.Is(err, store.ErrTraceTooLarge):
 		return http.StatusRequestEntityTooLarge
@@ -383,7 +384,7 @@ func (a *API) rejectKair(w http.ResponseWriter, r *http.Request, status int, rea
 func kairReason(err error, status int) string {
 	var fe *signal.FieldError
 	switch {
-	case errors.Is(err, analysis.ErrCaptureClosed):
+	case errors.Is(err, control.ErrCaptureClosed):
 		return reasonClosed
 	case status == http.StatusNotFound:
 		return reasonUnknownCapture

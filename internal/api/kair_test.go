@@ -16,9 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/catalog"
-	"github.com/laggard-dev/laggard/internal/detect"
+	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/optrace"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
@@ -102,7 +101,7 @@ func FuzzParseClock(f *testing.F) {
 type kairAPI struct {
 	base string
 	st   *store.Store
-	k    *detect.Kair
+	k    *control.Kair
 }
 
 func kairServer(t testing.TB, d Deps) *kairAPI {
@@ -115,7 +114,7 @@ func kairServer(t testing.TB, d Deps) *kairAPI {
 	if err := st.PutJob(&signal.Job{ID: "kj", Name: "kj", WorldSize: 4, Schema: stagevec.DefaultSchema(), Accumulation: 1}); err != nil {
 		t.Fatal(err)
 	}
-	k, err := detect.NewKair(detect.KairConfig{Off: true, Interval: -1}, catalog.New(st), analysis.NewKair(st, analysis.KairConfig{}), prometheus.NewRegistry(), quiet)
+	k, err := control.NewKair(control.KairConfig{Off: true, Interval: -1}, catalog.New(st), control.NewKairLifecycle(st, control.KairLifecycleConfig{}), prometheus.NewRegistry(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,6 +135,37 @@ func (d *Detector) Latest(job string) (any, bool) {
 	return &c, true
 }
 
+// Suspects is what job's latest evaluation says about where to look: its
+// median exposed step time in ns (0 when unknown; a day bounds a step)
+// and the rank it names or its tie set. KAIR's capture hints
+// (control.Kair).
+func (d *Detector) Suspects(job string) (stepNS int64, ranks []int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.latest[job]
+	if !ok {
+		return 0, nil
+	}
+	if s.ExposedMS > 0 && s.ExposedMS < 86_400_000 { // ms
+		stepNS = int64(s.ExposedMS * 1e6)
+	}
+	if s.Headline.Rank >= 0 {
+		ranks = append(ranks, s.Headline.Rank)
+	}
+	return stepNS, append(ranks, s.Headline.TieSet...)
+}
+
+// Advancing reports whether job's newest step advanced within ActiveFor.
+// A job counts as advancing only once its newest step was seen to move
+// since the server started, so after a restart finished jobs stay quiet
+// (KAIR's auto trigger, control.Kair).
+func (d *Detector) Advancing(job string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.state[job]
+	return s != nil && !s.advancedAt.IsZero() && d.now().Sub(s.advancedAt) <= d.cfg.ActiveFor
+}
+
 // Forget drops a deleted job's state, diagnosis and series now, rather
 // than at the next round (which would also drop them, the job being gone).
 func (d *Detector) Forget(job string) {

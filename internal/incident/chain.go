@@ -8,7 +8,7 @@ import (
 )
 
 // build turns an assembled incident into its published form.
-func (f *fuser) build(b *building, live []Incident, used map[string]bool) Incident {
+func (f *fuser) build(b *building, next int64, live []Incident, used map[string]bool) Incident {
 	cfg := f.cfg
 	opener := b.onsets[0]
 	inc := Incident{Schema: Schema, Job: f.in.Job, Incarnation: opener.Incarnation, State: StateOpen, Opened: b.openedAt}
@@ -30,11 +30,8 @@ func (f *fuser) build(b *building, live []Incident, used map[string]bool) Incide
 		}
 		end.Step = max(end.Step, e.Window.ToStep)
 	}
-	if n := len(f.prog.s); n > 0 {
-		last := f.prog.s[n-1]
-		if last.WallNS > end.WallNS {
-			end = Point{WallNS: last.WallNS, Step: last.Step}
-		}
+	if last, ok := f.prog.lastBefore(next); ok && last.WallNS > end.WallNS {
+		end = Point{WallNS: last.WallNS, Step: last.Step}
 	}
 	inc.Updated = end
 	if len(incs) > 1 {
@@ -59,7 +56,17 @@ func (f *fuser) build(b *building, live []Incident, used map[string]bool) Incide
 			inc.State = StateResolved
 			r := b.reliefAt
 			inc.Resolved = &r
+			inc.ResolvedBy = ResolvedRelief
+			if b.reliefByRun {
+				inc.ResolvedBy = ResolvedSeries
+			}
 		}
+	}
+	if st := f.in.Stopped; st != nil && inc.State != StateResolved && next < 0 && st.WallNS >= b.openedAt.WallNS {
+		inc.State, inc.ResolvedBy = StateResolved, ResolvedStopped
+		r := *st
+		inc.Resolved = &r
+		lostEnd = r
 	}
 	inc.HealthyMS = f.healthy(b)
 	if inc.HealthyMS == 0 {
@@ -74,7 +81,7 @@ func (f *fuser) build(b *building, live []Incident, used map[string]bool) Incide
 		inc.SlowMS = f.slowMS(b, lostEnd)
 	}
 	inc.Lost = f.lost(b, lostEnd)
-	inc.Windows = f.windows(b, lostEnd, inc.Resolved != nil)
+	inc.Windows = f.windows(b, lostEnd, next)
 
 	f.hypotheses(&inc, b)
 
@@ -116,7 +123,7 @@ func (f *fuser) slowMS(b *building, end Point) float64 {
 // windows: during is the incident; before is as long before the onset
 // (at least 50 steps, at most what the series holds); after is what
 // follows the relief.
-func (f *fuser) windows(b *building, end Point, resolved bool) Windows {
+func (f *fuser) windows(b *building, end Point, next int64) Windows {
 	var w Windows
 	w.During = Span{FromStep: b.openedAt.Step, ToStep: end.Step, FromNS: b.openedAt.WallNS, ToNS: end.WallNS}
 	n := max(end.Step-b.openedAt.Step, 50)
@@ -124,8 +131,8 @@ func (f *fuser) windows(b *building, end Point, resolved bool) Windows {
 	w.Before.FromNS = f.prog.wallOf(b.onsets[0].Incarnation, w.Before.FromStep)
 	if b.relief != nil {
 		w.After = Span{FromStep: end.Step, FromNS: end.WallNS}
-		if k := len(f.prog.s); k > 0 {
-			w.After.ToStep, w.After.ToNS = f.prog.s[k-1].Step, f.prog.s[k-1].WallNS
+		if last, ok := f.prog.lastBefore(next); ok {
+			w.After.ToStep, w.After.ToNS = last.Step, last.WallNS
 		}
 	}
 	return w

@@ -38,6 +38,11 @@ type Input struct {
 	// NowNS is the server time of this fusion (hold-down, DetectedNS).
 	NowNS int64
 	Caps  Capabilities
+	// Stopped, when set, is where the job stopped reporting (control sets
+	// it once the job has been idle for its active window): an incident
+	// still open then is resolved as "job stopped", since nothing can
+	// relieve it any more and an open incident would page forever.
+	Stopped *Point
 }
 
 // Fuse returns all of the job's incidents, oldest first: the fusion rules
@@ -65,8 +70,12 @@ func Fuse(in Input, cfg Config) []Incident {
 	f.attach(incs, evs)
 	out := slices.Clone(closed)
 	used := map[string]bool{}
-	for _, b := range incs {
-		inc := f.build(b, live, used)
+	for i, b := range incs {
+		next := int64(-1)
+		if i+1 < len(incs) {
+			next = incs[i+1].openedAt.WallNS
+		}
+		inc := f.build(b, next, live, used)
 		out = append(out, inc)
 	}
 	// A live prior that no longer matches anything is kept as it was (its
@@ -244,13 +253,20 @@ func (f *fuser) open(evs []*Evidence) []*building {
 			}
 			continue
 		}
+		if cur != nil && cur.relief == nil {
+			// The series may have recovered before this onset without a
+			// relief change point.
+			if p, ok := f.prog.recovery(cur, f.cfg, t); ok {
+				cur.relief, cur.reliefAt, cur.reliefByRun = &Evidence{Signal: SignalRelief}, p, true
+			}
+		}
 		switch {
 		case cur == nil, cur.relief != nil && t > cur.reliefAt.WallNS+hold:
 			cur = &building{openedAt: Point{WallNS: t, Step: e.Window.FromStep}, healthy: map[Engine]float64{}}
 			out = append(out, cur)
 		case cur.relief != nil && t > cur.reliefAt.WallNS:
 			// A relapse inside the hold-down re-opens the same incident.
-			cur.relief, cur.reliefAt = nil, Point{}
+			cur.relief, cur.reliefAt, cur.reliefByRun = nil, Point{}, false
 			cur.relapses++
 		}
 		cur.onsets = append(cur.onsets, e)

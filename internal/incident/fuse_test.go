@@ -300,3 +300,26 @@ func TestFleetAndRelated(t *testing.T) {
 		t.Fatalf("related %+v", rel)
 	}
 }
+
+// A job that stops reporting while slow resolves its incident as "job
+// stopped"; a resolved incident's window ends where the next one opens.
+func TestStoppedAndWindowsEndAtNext(t *testing.T) {
+	evs := []Evidence{series("j", 0, 1500, slowBetween(1000, 3000, 150)), onset("j", EngineStageFrontier, 1000, 100, 150)}
+	stop := Point{WallNS: at(1499), Step: 1499}
+	got := Fuse(Input{Job: "j", Evidence: evs, NowNS: at(1500) + int64(time.Hour), Stopped: &stop}, DefaultConfig())
+	if len(got) != 1 || got[0].State != StateResolved || got[0].ResolvedBy != ResolvedStopped || got[0].Resolved.Step != 1499 {
+		t.Fatalf("want resolved by job_stopped at 1499: %s", dump(got))
+	}
+	if open := fuse(evs, at(1500)); open[0].State != StateOpen || open[0].ResolvedBy != "" {
+		t.Fatalf("without Stopped the incident must stay open: %s", dump(open))
+	}
+	two := fuse([]Evidence{series("j", 0, 6000, func(s int64) float64 {
+		if (s >= 1000 && s < 1200) || (s >= 4000 && s < 4200) {
+			return 150
+		}
+		return 100
+	}), onset("j", EngineStageFrontier, 1000, 100, 150), onset("j", EngineStageFrontier, 4000, 100, 150)}, at(6000))
+	if len(two) != 2 || two[0].ResolvedBy != ResolvedSeries || two[0].Updated.Step >= 4000 || two[0].Windows.After.ToStep >= 4000 {
+		t.Fatalf("first incident leaks into the second: %s", dump(two))
+	}
+}

@@ -17,6 +17,18 @@ const (
 	StateResolved State = "resolved"
 )
 
+// Resolution says what resolved an incident.
+type Resolution string
+
+const (
+	// ResolvedRelief: a relief change point brought the step time back.
+	ResolvedRelief Resolution = "relief"
+	// ResolvedSeries: the step series came back without a change point.
+	ResolvedSeries Resolution = "step_series"
+	// ResolvedStopped: the job stopped reporting while slow.
+	ResolvedStopped Resolution = "job_stopped"
+)
+
 // Point is a moment of the job on both axes.
 type Point struct {
 	WallNS int64 `json:"wall_ns"`
@@ -42,6 +54,8 @@ type Incident struct {
 	DetectedNS int64  `json:"detected_ns,omitempty"`
 	Updated    Point  `json:"updated"`
 	Resolved   *Point `json:"resolved,omitempty"`
+	// ResolvedBy says what resolved it.
+	ResolvedBy Resolution `json:"resolved_by,omitempty"`
 	// Relapses counts re-openings inside the hold-down window.
 	Relapses int `json:"relapses,omitempty"`
 

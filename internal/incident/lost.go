@@ -179,6 +179,17 @@ func (p *progress) recovery(b *building, cfg Config, next int64) (Point, bool) {
 	return Point{WallNS: s.WallNS, Step: s.Step}, true
 }
 
+// lastBefore is the newest sample before wall time next (any when next
+// is negative).
+func (p *progress) lastBefore(next int64) (Sample, bool) {
+	for i := len(p.s) - 1; i >= 0; i-- {
+		if next < 0 || (p.s[i].WallNS > 0 && p.s[i].WallNS < next) {
+			return p.s[i], true
+		}
+	}
+	return Sample{}, false
+}
+
 // stepsAfter counts samples after pt (hold-down in steps).
 func (p *progress) stepsAfter(pt Point) int64 {
 	var n int64

@@ -1,5 +1,6 @@
 // Package lint holds repository-wide tests that keep the architecture
 // true (docs/design/architecture.md): data flows one way from the wire to
-// the engines, engines are pure, and only internal/analysis joins the
-// store and the engines.
+// the engines, engines are pure, only internal/analysis joins the store
+// and the engines, and the read path never imports what acts
+// (internal/control, docs/design/control.md).
 package lint

@@ -1,6 +1,7 @@
 package lint
 
 import (
+	"fmt"
 	"go/parser"
 	"go/token"
 	"os"
@@ -101,27 +102,45 @@ func TestEnginesArePure(t *testing.T) {
 
 // Data flows one way: wire → ingest → store → analysis → engines →
 // api/render/ui/cli. Each rule lists what a layer must not import.
+var flowRules = []struct {
+	layer  string
+	forbid []string
+}{
+	{"internal/signal", []string{"internal/wire", "internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/stats"}},
+	{"internal/wire", []string{"internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+	{"internal/ingest", []string{"internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/wire"}},
+	{"internal/store", []string{"internal/ingest", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+	{"internal/catalog", []string{"internal/store", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server"}},
+	{"internal/analysis", []string{"internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/wire"}},
+	{"internal/detect", []string{"internal/api", "internal/server", "internal/render", "internal/ui"}},
+	{"internal/api", []string{"internal/server", "internal/ui"}},
+	{"internal/render", []string{"internal/store", "internal/api", "internal/server", "internal/ingest"}},
+	{"internal/sim", []string{"internal/store", "internal/analysis", "internal/engine", "internal/api", "internal/server"}},
+	// The node agent ships signals; it never reads storage or runs engines (arch rule 2).
+	{"internal/agent", []string{"internal/store", "internal/engine", "internal/analysis", "internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+	// What acts (internal/control: capture and validation life cycles,
+	// auto triggers, later mitigation) sits beside the read path and
+	// calls it; the read path and the engines never call what acts
+	// (docs/design/control.md). Control reaches the engines only
+	// through analysis (TestOnlyAnalysisJoinsStoreAndEngines).
+	{"internal/analysis", []string{"internal/control"}},
+	{"internal/engine", []string{"internal/control"}},
+	{"internal/incident", []string{"internal/control"}},
+	{"internal/control", []string{"internal/engine", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/wire", "internal/ingest"}},
+}
+
 func TestDataFlowsOneWay(t *testing.T) {
 	prod, _ := pkgImports(t)
-	rules := []struct {
-		layer  string
-		forbid []string
-	}{
-		{"internal/signal", []string{"internal/wire", "internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/stats"}},
-		{"internal/wire", []string{"internal/ingest", "internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
-		{"internal/ingest", []string{"internal/store", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/wire"}},
-		{"internal/store", []string{"internal/ingest", "internal/catalog", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
-		{"internal/catalog", []string{"internal/store", "internal/analysis", "internal/engine", "internal/detect", "internal/api", "internal/server"}},
-		{"internal/analysis", []string{"internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/wire"}},
-		{"internal/detect", []string{"internal/api", "internal/server", "internal/render", "internal/ui"}},
-		{"internal/api", []string{"internal/server", "internal/ui"}},
-		{"internal/render", []string{"internal/store", "internal/api", "internal/server", "internal/ingest"}},
-		{"internal/sim", []string{"internal/store", "internal/analysis", "internal/engine", "internal/api", "internal/server"}},
-		// The node agent ships signals; it never reads storage or runs engines (arch rule 2).
-		{"internal/agent", []string{"internal/store", "internal/engine", "internal/analysis", "internal/ingest", "internal/catalog", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
+	for _, v := range flowViolations(prod) {
+		t.Error(v)
 	}
+}
+
+// flowViolations lists every import of prod that a flow rule forbids.
+func flowViolations(prod map[string][]string) []string {
+	var out []string
 	for dir, imps := range prod {
-		for _, r := range rules {
+		for _, r := range flowRules {
 			if !under(dir, r.layer) {
 				continue
 			}
@@ -132,11 +151,29 @@ func TestDataFlowsOneWay(t *testing.T) {
 				}
 				for _, f := range r.forbid {
 					if under(in, f) {
-						t.Errorf("%s imports %s: %s must not depend on %s (data flows one way; docs/design/architecture.md)", dir, p, r.layer, f)
+						out = append(out, fmt.Sprintf("%s imports %s: %s must not depend on %s (data flows one way; docs/design/architecture.md)", dir, p, r.layer, f))
 					}
 				}
 			}
 		}
+	}
+	return out
+}
+
+// The read path and the engines must not import what acts: the rules
+// catch it (a rule that never fires would pass vacuously).
+func TestFlowRulesForbidControl(t *testing.T) {
+	for _, dir := range []string{"internal/analysis", "internal/engine/kair", "internal/engine/greyhound", "internal/incident"} {
+		prod := map[string][]string{dir: {module + "internal/control"}}
+		if v := flowViolations(prod); len(v) != 1 || !strings.Contains(v[0], "must not depend on internal/control") {
+			t.Errorf("%s importing internal/control: violations %q", dir, v)
+		}
+	}
+	if v := flowViolations(map[string][]string{"internal/control": {module + "internal/engine/greyhound"}}); len(v) != 1 {
+		t.Errorf("control importing an engine: violations %q", v)
+	}
+	if v := flowViolations(map[string][]string{"internal/control": {module + "internal/analysis", module + "internal/store"}, "internal/server": {module + "internal/control"}, "internal/api": {module + "internal/control"}}); len(v) != 0 {
+		t.Errorf("allowed imports flagged: %q", v)
 	}
 }
 
@@ -161,7 +198,7 @@ func TestOnlyAnalysisJoinsStoreAndEngines(t *testing.T) {
 // them all would otherwise pass vacuously.
 func TestLintSeesTheTree(t *testing.T) {
 	prod, _ := pkgImports(t)
-	for _, dir := range []string{"internal/engine/stagefrontier", "internal/analysis", "internal/store", "internal/signal/stagevec", "internal/api"} {
+	for _, dir := range []string{"internal/engine/stagefrontier", "internal/analysis", "internal/store", "internal/signal/stagevec", "internal/api", "internal/control"} {
 		if _, ok := prod[dir]; !ok {
 			t.Errorf("package %s not found: update the lint rules", dir)
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/laggard-dev/laggard/internal/analysis"
-	"github.com/laggard-dev/laggard/internal/detect"
+	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/engine/greyhound"
 )
 
@@ -49,7 +49,7 @@ func TestGreyhoundRoutes(t *testing.T) {
 	}
 
 	// Publish a plan the way the controller does.
-	gh, err := analysis.NewGreyhound(st, greyhound.DefaultConfig(), analysis.GreyhoundLimits{})
+	gh, err := control.NewGreyhoundLifecycle(st, greyhound.DefaultConfig(), analysis.GreyhoundLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +125,6 @@ func TestGreyhoundRoutes(t *testing.T) {
 }
 
 // greyhoundOff: the test drives the protocol; no background rounds.
-var greyhoundOff = detect.GreyhoundConfig{Interval: -1}
+var greyhoundOff = control.GreyhoundConfig{Interval: -1}
 
 func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }

@@ -1,24 +1,24 @@
 package server
 
 import (
-	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/api"
+	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/detect"
 )
 
-// startKair wires KAIR's triggered capture (issue 9): the adapter over
+// startKair wires KAIR's triggered capture (issue 9): the life cycle over
 // the store's capture and trace keyspaces and the controller that gives
 // it the clock, fires the auto trigger and expires captures. Without
 // those keyspaces (a test store) the KAIR routes answer 404.
 func (s *Server) startKair(cfg *Config, st Store, jobs detect.Jobs) error {
-	src, ok := st.(analysis.KairSource)
+	src, ok := st.(control.KairSource)
 	if !ok {
 		return nil
 	}
-	ka := analysis.NewKair(src, analysis.KairConfig{Steps: cfg.Kair.Steps})
+	ka := control.NewKairLifecycle(src, control.KairLifecycleConfig{Steps: cfg.Kair.Steps})
 	ka.SetLogger(s.log)
 	var err error
-	s.kair, err = detect.NewKair(cfg.Kair, jobs, ka, s.reg, s.log)
+	s.kair, err = control.NewKair(cfg.Kair, jobs, ka, s.reg, s.log)
 	return err
 }
 
@@ -41,4 +41,4 @@ func (s *Server) detectReporter() detect.Reporter {
 
 // Kair returns the KAIR capture controller (nil when the store has no
 // capture keyspace).
-func (s *Server) Kair() *detect.Kair { return s.kair }
+func (s *Server) Kair() *control.Kair { return s.kair }

@@ -14,12 +14,12 @@ import (
 
 	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/api"
-	"github.com/laggard-dev/laggard/internal/detect"
+	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
 // kairOff: tests drive captures by hand; no auto trigger, no sweep.
-var kairOff = detect.KairConfig{Off: true, Interval: -1}
+var kairOff = control.KairConfig{Off: true, Interval: -1}
 
 // rankTrace rewrites the Kineto testdata trace (one rank of a 2-rank job)
 // as rank's: distributedInfo says rank, and every timestamp moves by
@@ -70,7 +70,7 @@ func newKairEnv(t *testing.T, cfg Config) *kairEnv {
 	t.Cleanup(func() { st.Close() })
 	cfg.Access = Access{Tokens: testTokens(t)}
 	cfg.Greyhound = greyhoundOff
-	if cfg.Kair == (detect.KairConfig{}) {
+	if cfg.Kair == (control.KairConfig{}) {
 		cfg.Kair = kairOff
 	}
 	srv, ts := start(t, st, cfg)
@@ -384,7 +384,7 @@ func grepLines(s, sub string) string {
 // creates one auto capture; the next evaluation, with the capture open,
 // creates none.
 func TestKairAutoTriggerWired(t *testing.T) {
-	e := newKairEnv(t, Config{Kair: detect.KairConfig{Interval: -1}})
+	e := newKairEnv(t, Config{Kair: control.KairConfig{Interval: -1}})
 	for _, span := range [][2]int64{{0, 60}, {60, 80}} {
 		if r := e.call("POST", "/api/v1/jobs/j/vectors", tokIngestJ, jsonType, jsonBatch(t, vectors(4, span[0], span[1])), nil); r.status != 200 {
 			t.Fatalf("ingest: %d %s", r.status, r.body)

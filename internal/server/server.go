@@ -20,6 +20,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/api"
 	"github.com/laggard-dev/laggard/internal/buildinfo"
 	"github.com/laggard-dev/laggard/internal/catalog"
+	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/ingest"
 	"github.com/laggard-dev/laggard/internal/store"
@@ -52,10 +53,10 @@ type Config struct {
 	// Greyhound schedules the per-job Greyhound-Detect controller (a
 	// negative Interval disables its loop; the report and validation
 	// routes still serve).
-	Greyhound detect.GreyhoundConfig
+	Greyhound control.GreyhoundConfig
 	// Kair configures KAIR's triggered capture (auto trigger, cooldown,
 	// default steps; kair.go).
-	Kair detect.KairConfig
+	Kair control.KairConfig
 	// MaxTraceBytes and MaxTraceEvents bound one rank's KAIR trace upload
 	// (defaults api.DefaultMaxTraceBytes, api.DefaultMaxTraceEvents).
 	MaxTraceBytes  int64
@@ -130,13 +131,13 @@ type Server struct {
 	vectors    *api.VectorQueue
 	analyzer   *analysis.Analyzer
 	detector   *detect.Detector
-	greyhound  *detect.Controller // nil when the store has no collective keyspace
+	greyhound  *control.Greyhound // nil when the store has no collective keyspace
 	handler    http.Handler
 	life       *lifecycle // nil when the store has no lifecycle (lifecycle.go)
 	apiMetrics *api.Metrics
 	sysom      *analysis.Sysom     // nil without a stack keyspace or symbol store (sysom.go)
 	resolver   *symbolize.Resolver // names the stacks sysom reads
-	kair       *detect.Kair        // nil without a capture keyspace (kair.go)
+	kair       *control.Kair       // nil without a capture keyspace (kair.go)
 
 	mu        sync.Mutex
 	addr      net.Addr
@@ -204,10 +205,10 @@ func New(cfg Config, st Store) (*Server, error) {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
-	if gsrc, ok := st.(analysis.GreyhoundSource); ok {
-		gh, err := analysis.NewGreyhound(gsrc, analysis.DefaultGreyhoundConfig(), analysis.GreyhoundLimits{})
+	if gsrc, ok := st.(control.GreyhoundStore); ok {
+		gh, err := control.NewGreyhoundLifecycle(gsrc, analysis.DefaultGreyhoundConfig(), analysis.GreyhoundLimits{})
 		if err == nil {
-			s.greyhound, err = detect.NewController(cfg.Greyhound, cat, gh, s.reg, s.log)
+			s.greyhound, err = control.NewGreyhound(cfg.Greyhound, cat, gh, s.reg, s.log)
 		}
 		if err != nil {
 			s.vectors.Close()
@@ -275,7 +276,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Greyhound returns the Greyhound-Detect controller (nil when the store
 // has no collective keyspace).
-func (s *Server) Greyhound() *detect.Controller { return s.greyhound }
+func (s *Server) Greyhound() *control.Greyhound { return s.greyhound }
 
 // Detector returns the background evaluation.
 func (s *Server) Detector() *detect.Detector { return s.detector }

@@ -1,4 +1,4 @@
-package detect
+package control
 
 import (
 	"context"
@@ -43,13 +43,13 @@ func (c *KairConfig) setDefaults() {
 	}
 }
 
-// Kair runs KAIR captures: it gives the adapter (analysis.Kair) the
+// Kair runs KAIR captures: it gives the life cycle (KairLifecycle) the
 // server clock and hints (suspects, step time), fires the auto trigger
 // after StageFrontier evaluations and Greyhound transitions, expires
 // captures, and counts them. It implements the API's Kair dependency.
 type Kair struct {
 	cfg  KairConfig
-	k    *analysis.Kair
+	k    *KairLifecycle
 	jobs Jobs
 	log  *slog.Logger
 	now  func() time.Time
@@ -57,14 +57,14 @@ type Kair struct {
 	captures *prometheus.CounterVec
 
 	mu   sync.Mutex
-	det  *Detector
-	gh   *Controller
+	det  StageFrontierSignals
+	gh   *Greyhound
 	seen map[string]onsetSeen // job → the newest onset seen (fresh-onset test)
 }
 
 // NewKair returns the controller over k; its metrics are registered on
 // reg.
-func NewKair(cfg KairConfig, jobs Jobs, k *analysis.Kair, reg prometheus.Registerer, log *slog.Logger) (*Kair, error) {
+func NewKair(cfg KairConfig, jobs Jobs, k *KairLifecycle, reg prometheus.Registerer, log *slog.Logger) (*Kair, error) {
 	cfg.setDefaults()
 	if log == nil {
 		log = slog.Default()
@@ -76,7 +76,7 @@ func NewKair(cfg KairConfig, jobs Jobs, k *analysis.Kair, reg prometheus.Registe
 	if err := reg.Register(kc.captures); err != nil {
 		return nil, err
 	}
-	for _, t := range []string{analysis.TriggerManual, analysis.TriggerAuto} {
+	for _, t := range []string{TriggerManual, TriggerAuto} {
 		for _, s := range []store.CaptureState{store.CapturePending, store.CaptureRecording, store.CaptureComplete, store.CapturePartial, store.CaptureExpired, store.CaptureCancelled} {
 			kc.captures.WithLabelValues(t, string(s))
 		}
@@ -92,13 +92,24 @@ func (k *Kair) SetClock(now func() time.Time) { k.now = now }
 // trigger and name suspects: the StageFrontier evaluation (wrap its
 // Reporter with Observe) and the Greyhound controller (either may be
 // nil).
-func (k *Kair) Attach(det *Detector, gh *Controller) {
+func (k *Kair) Attach(det StageFrontierSignals, gh *Greyhound) {
 	k.mu.Lock()
 	k.det, k.gh = det, gh
 	k.mu.Unlock()
 	if gh != nil {
 		gh.onLeaveTracking = k.greyhoundLeft
 	}
+}
+
+// StageFrontierSignals is what the KAIR driver reads of the background
+// StageFrontier evaluation; *detect.Detector implements it.
+type StageFrontierSignals interface {
+	// Suspects is what job's latest evaluation says about where to
+	// look: its median exposed step time in ns (0 when unknown) and the
+	// rank it names or its tie set.
+	Suspects(job string) (stepNS int64, ranks []int)
+	// Advancing reports whether job's steps advanced recently.
+	Advancing(job string) bool
 }
 
 // Forget drops a deleted job's cached state.
@@ -148,22 +159,15 @@ func (k *Kair) Sweep(ctx context.Context) {
 // hints are what the server knows about job beyond the store: suspects
 // (StageFrontier's named rank or tie set, Greyhound's verdict ranks and
 // degraded groups) and the median exposed step time.
-func (k *Kair) hints(job string, trigger string, extra []int) analysis.CaptureHints {
-	h := analysis.CaptureHints{Trigger: trigger, Suspects: slices.Clone(extra)}
+func (k *Kair) hints(job string, trigger string, extra []int) CaptureHints {
+	h := CaptureHints{Trigger: trigger, Suspects: slices.Clone(extra)}
 	k.mu.Lock()
 	det, gh := k.det, k.gh
 	k.mu.Unlock()
 	if det != nil {
-		if v, ok := det.Latest(job); ok {
-			s := v.(*Summary)
-			if s.ExposedMS > 0 && s.ExposedMS < 86_400_000 { // ms; a day bounds a step
-				h.StepNS = int64(s.ExposedMS * 1e6)
-			}
-			if s.Headline.Rank >= 0 {
-				h.Suspects = append(h.Suspects, s.Headline.Rank)
-			}
-			h.Suspects = append(h.Suspects, s.Headline.TieSet...)
-		}
+		stepNS, ranks := det.Suspects(job)
+		h.StepNS = stepNS
+		h.Suspects = append(h.Suspects, ranks...)
 	}
 	if gh != nil {
 		gh.mu.Lock()
@@ -192,7 +196,7 @@ func greyhoundSuspects(rep *analysis.GreyhoundReport) []int {
 
 // CreateCapture is a manual trigger.
 func (k *Kair) CreateCapture(job string, req analysis.CaptureRequest) (*store.Capture, error) {
-	return k.k.Create(job, req, k.hints(job, analysis.TriggerManual, nil), k.now().UnixNano())
+	return k.k.Create(job, req, k.hints(job, TriggerManual, nil), k.now().UnixNano())
 }
 
 // Captures lists job's captures, newest first.
@@ -241,6 +245,12 @@ func (k *Kair) Timeline(ctx context.Context, job, id string, step int64) (*analy
 }
 
 // The auto trigger.
+
+// Reporter runs job reports (detect.Reporter; *analysis.Analyzer
+// implements it).
+type Reporter interface {
+	Run(ctx context.Context, req analysis.Request) (*analysis.Report, error)
+}
 
 // Observe wraps the StageFrontier evaluation's Reporter: every report it
 // computes is also checked for a trigger signal. Give the wrapper to New
@@ -359,13 +369,7 @@ func (k *Kair) active(job string) bool {
 	k.mu.Lock()
 	det := k.det
 	k.mu.Unlock()
-	if det == nil {
-		return true
-	}
-	det.mu.Lock()
-	defer det.mu.Unlock()
-	s := det.state[job]
-	return s != nil && !s.advancedAt.IsZero() && det.now().Sub(s.advancedAt) <= det.cfg.ActiveFor
+	return det == nil || det.Advancing(job)
 }
 
 // greyhoundLeft is the Greyhound controller leaving tracking (it saw an
@@ -403,7 +407,7 @@ func (k *Kair) trigger(job string, suspects []int, fs ...finding) {
 	}
 	var f *finding
 	for i := range fs {
-		if !slices.ContainsFunc(cs, func(c *store.Capture) bool { return c.Trigger == analysis.TriggerAuto && c.Signal == fs[i].key }) {
+		if !slices.ContainsFunc(cs, func(c *store.Capture) bool { return c.Trigger == TriggerAuto && c.Signal == fs[i].key }) {
 			f = &fs[i]
 			break
 		}
@@ -411,11 +415,11 @@ func (k *Kair) trigger(job string, suspects []int, fs ...finding) {
 	if f == nil {
 		return // captured already: once per finding
 	}
-	h := k.hints(job, analysis.TriggerAuto, suspects)
+	h := k.hints(job, TriggerAuto, suspects)
 	h.Signal = f.key
 	c, err := k.k.Create(job, analysis.CaptureRequest{Steps: k.cfg.Steps, Reason: f.reason}, h, now.UnixNano())
 	switch {
-	case errors.Is(err, analysis.ErrCaptureOpen):
+	case errors.Is(err, ErrCaptureOpen):
 		return
 	case err != nil:
 		k.log.Warn("auto capture failed", "job", job, "reason", f.reason, "err", err)

@@ -1,12 +1,10 @@
-package detect
+package control
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -109,17 +107,11 @@ func (d *ddpStream) until(t int64) []collective.Call {
 	return slices.Clone(d.calls[n:])
 }
 
-type storeJobs struct{ *store.Store }
-
-func (s storeJobs) List() ([]*signal.Job, error) { return s.Jobs() }
-
-var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
-
 type ghHarness struct {
 	t    *testing.T
 	dir  string
 	st   *store.Store
-	ctl  *Controller
+	ctl  *Greyhound
 	reg  *prometheus.Registry
 	now  time.Time
 	job  string
@@ -142,12 +134,12 @@ func (h *ghHarness) open() {
 	}
 	h.st = st
 	h.t.Cleanup(func() { _ = st.Close() })
-	gh, err := analysis.NewGreyhound(st, analysis.DefaultGreyhoundConfig(), analysis.GreyhoundLimits{})
+	gh, err := NewGreyhoundLifecycle(st, analysis.DefaultGreyhoundConfig(), analysis.GreyhoundLimits{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.reg = prometheus.NewRegistry()
-	h.ctl, err = NewController(h.cfg, storeJobs{st}, gh, h.reg, quietLog)
+	h.ctl, err = NewGreyhound(h.cfg, storeJobs{st}, gh, h.reg, quietLog)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -451,7 +443,7 @@ func TestGreyhoundForgetDeletedJob(t *testing.T) {
 	}
 }
 
-func okEvaluations(c *Controller) int {
+func okEvaluations(c *Greyhound) int {
 	return int(testutil.ToFloat64(c.m.evaluations.WithLabelValues("ok")))
 }
 

@@ -1,4 +1,4 @@
-package analysis
+package control
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/laggard-dev/laggard/internal/analysis"
 
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/collective"
@@ -42,7 +44,7 @@ func TestGreyhoundIncarnations(t *testing.T) {
 		return 70
 	}}
 	now := ghT0
-	var plan *GreyhoundPlan
+	var plan *analysis.GreyhoundPlan
 	for i := 0; i < 60 && plan == nil; i++ {
 		now += 2e9
 		if calls := d.until(now); len(calls) > 0 {
@@ -94,7 +96,7 @@ func TestGreyhoundIncarnations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Incarnation != 1 || s.Controller.Phase != PhaseTracking || s.Published != nil || s.OnsetNS != 0 {
+	if s.Incarnation != 1 || s.Controller.Phase != analysis.PhaseTracking || s.Published != nil || s.OnsetNS != 0 {
 		t.Fatalf("the controller did not start over on the restart: incarnation %d phase %s published %+v onset %d", s.Incarnation, s.Controller.Phase, s.Published, s.OnsetNS)
 	}
 	if rep := res.Report; rep.Incarnation != 1 || !strings.Contains(rep.IncarnationNote, "incarnation 1") {
@@ -105,7 +107,7 @@ func TestGreyhoundIncarnations(t *testing.T) {
 			t.Fatalf("iteration %+v before the restart at %d in the newest launch's report", it, restart)
 		}
 	}
-	gi, err := g.Load(context.Background(), GreyhoundRequest{Job: "run42", NowNS: now})
+	gi, err := g.Load(context.Background(), analysis.GreyhoundRequest{Job: "run42", NowNS: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +116,8 @@ func TestGreyhoundIncarnations(t *testing.T) {
 	}
 
 	// On request: the first launch, and all of them.
-	zero, all := 0, IncAll
-	rep, err := g.Report(context.Background(), GreyhoundRequest{Job: "run42", NowNS: now, Incarnation: &zero})
+	zero, all := 0, analysis.IncAll
+	rep, err := g.Report(context.Background(), analysis.GreyhoundRequest{Job: "run42", NowNS: now, Incarnation: &zero})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +129,12 @@ func TestGreyhoundIncarnations(t *testing.T) {
 			t.Fatalf("launch 0's report holds iteration %+v after the restart", it)
 		}
 	}
-	if rep, err = g.Report(context.Background(), GreyhoundRequest{Job: "run42", NowNS: now, Incarnation: &all}); err != nil || rep.Incarnation != IncAll {
+	if rep, err = g.Report(context.Background(), analysis.GreyhoundRequest{Job: "run42", NowNS: now, Incarnation: &all}); err != nil || rep.Incarnation != analysis.IncAll {
 		t.Fatalf("all: %v %+v", err, rep)
 	}
 	nine := 9
 	var fe *signal.FieldError
-	if _, err := g.Report(context.Background(), GreyhoundRequest{Job: "run42", NowNS: now, Incarnation: &nine}); !errors.As(err, &fe) || fe.Field != ParamIncarnation {
+	if _, err := g.Report(context.Background(), analysis.GreyhoundRequest{Job: "run42", NowNS: now, Incarnation: &nine}); !errors.As(err, &fe) || fe.Field != analysis.ParamIncarnation {
 		t.Fatalf("an incarnation the job never had: %v", err)
 	}
 }

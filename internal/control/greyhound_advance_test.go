@@ -1,4 +1,4 @@
-package analysis
+package control
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/laggard-dev/laggard/internal/analysis"
 
 	"github.com/laggard-dev/laggard/internal/engine/greyhound"
 	"github.com/laggard-dev/laggard/internal/signal"
@@ -97,7 +99,7 @@ func ddp4Views() []collective.Comm {
 	return out
 }
 
-func newGreyhoundStore(t *testing.T) (*store.Store, *Greyhound) {
+func newGreyhoundStore(t *testing.T) (*store.Store, *GreyhoundLifecycle) {
 	t.Helper()
 	st, err := store.Open(t.TempDir(), store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), NoSync: true, MinFreeBytes: -1})
 	if err != nil {
@@ -107,7 +109,7 @@ func newGreyhoundStore(t *testing.T) (*store.Store, *Greyhound) {
 	if err := st.PutJob(&signal.Job{ID: "run42", Name: "run42", WorldSize: 4, Schema: stagevec.DefaultSchema(), Accumulation: 1}); err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewGreyhound(st, DefaultGreyhoundConfig(), GreyhoundLimits{})
+	g, err := NewGreyhoundLifecycle(st, analysis.DefaultGreyhoundConfig(), analysis.GreyhoundLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ var ghT0 = time.Date(2025, 7, 1, 12, 0, 0, 0, time.UTC).UnixNano()
 
 // advance runs one controller step at nowNS the way the server's loop
 // does: load the state, Advance, save what changed.
-func advance(t *testing.T, g *Greyhound, nowNS int64) *AdvanceResult {
+func advance(t *testing.T, g *GreyhoundLifecycle, nowNS int64) *AdvanceResult {
 	t.Helper()
 	s, err := g.State("run42")
 	if err != nil {
@@ -138,7 +140,7 @@ func advance(t *testing.T, g *Greyhound, nowNS int64) *AdvanceResult {
 
 // answer plays the ranks: each polls for a plan and posts its GEMM time
 // (rank 2's GPU is slow) and its links' P2P times.
-func answer(t *testing.T, g *Greyhound, nowNS int64) {
+func answer(t *testing.T, g *GreyhoundLifecycle, nowNS int64) {
 	t.Helper()
 	for r := range 4 {
 		p, err := g.OpenPlan("run42", r, -1, nowNS)
@@ -148,7 +150,7 @@ func answer(t *testing.T, g *Greyhound, nowNS int64) {
 		if p == nil {
 			continue
 		}
-		res := ValidationResult{Rank: r}
+		res := analysis.ValidationResult{Rank: r}
 		if slices.Contains(p.GEMM.Ranks, r) {
 			ms := map[bool]float64{true: 6.5, false: 3.1}[r == 2]
 			res.GEMMMS = []float64{ms, ms, ms}
@@ -158,7 +160,7 @@ func answer(t *testing.T, g *Greyhound, nowNS int64) {
 				if l.Src == r || l.Dst == r {
 					for _, b := range p.P2P.SizesBytes {
 						ms := 10 * float64(b) / float64(16<<20)
-						res.P2P = append(res.P2P, P2PResult{Pass: i, Src: l.Src, Dst: l.Dst, Bytes: b, MS: []float64{ms, ms, ms}})
+						res.P2P = append(res.P2P, analysis.P2PResult{Pass: i, Src: l.Src, Dst: l.Dst, Bytes: b, MS: []float64{ms, ms, ms}})
 					}
 				}
 			}
@@ -183,10 +185,10 @@ func TestGreyhoundAdvanceSlowRank(t *testing.T) {
 		return 70
 	}}
 	var trs []Advanced
-	var plans []*GreyhoundPlan
-	phase := GreyhoundPhase("")
+	var plans []*analysis.GreyhoundPlan
+	phase := analysis.GreyhoundPhase("")
 	now := ghT0
-	for i := 0; i < 60 && phase != PhaseVerdict; i++ {
+	for i := 0; i < 60 && phase != analysis.PhaseVerdict; i++ {
 		now += 2e9
 		if calls := d.until(now); len(calls) > 0 {
 			if _, err := st.AppendCollectives("run42", &collective.Batch{Comms: ddp4Views(), Calls: calls}); err != nil {
@@ -232,11 +234,11 @@ func TestGreyhoundAdvanceSlowRank(t *testing.T) {
 	}
 	// review2 #4: the deadline is sized from the plan (not the engine's
 	// 30 s constant) and the same everywhere it is kept.
-	if p := plans[0]; p.DeadlineMS <= DefaultGreyhoundConfig().DeadlineMS || s.Published == nil ||
+	if p := plans[0]; p.DeadlineMS <= analysis.DefaultGreyhoundConfig().DeadlineMS || s.Published == nil ||
 		s.Published.ID != p.ID || s.Published.DeadlineMS != p.DeadlineMS {
 		t.Errorf("plan deadline %d ms, published %+v", p.DeadlineMS, s.Published)
 	}
-	if v := s.Controller.Verdict; v == nil || v.Kind != VerdictSlowRank || !slices.Equal(v.Ranks, []int{2}) {
+	if v := s.Controller.Verdict; v == nil || v.Kind != analysis.VerdictSlowRank || !slices.Equal(v.Ranks, []int{2}) {
 		t.Fatalf("verdict %+v, want slow_rank [2]", v)
 	}
 	if s.OnsetNS <= onsetEnd-200e6 || s.OnsetNS > onsetEnd+2e9 {
@@ -257,11 +259,11 @@ func TestGreyhoundAdvanceManual(t *testing.T) {
 	if _, err := st.AppendCollectives("run42", &collective.Batch{Comms: ddp4Views(), Calls: d.until(now)}); err != nil {
 		t.Fatal(err)
 	}
-	if res := advance(t, g, now); !res.Changed || res.Next.Controller.Phase != PhaseTracking {
+	if res := advance(t, g, now); !res.Changed || res.Next.Controller.Phase != analysis.PhaseTracking {
 		t.Fatalf("first step: changed %v, phase %q", res.Changed, res.Next.Controller.Phase)
 	}
 	s, _ := g.State("run42")
-	if !s.RequestValidation(now + 1e9) {
+	if !requestValidation(s, now+1e9) {
 		t.Fatal("request in tracking refused")
 	}
 	if err := g.Save("run42", s, nil); err != nil {
@@ -272,7 +274,7 @@ func TestGreyhoundAdvanceManual(t *testing.T) {
 		t.Fatal("no transition on a manual request")
 	}
 	tr := res.Transitions[0]
-	if tr.From != PhaseTracking || tr.To != PhaseProfiling || !strings.Contains(tr.Reason, "requested through the API") ||
+	if tr.From != analysis.PhaseTracking || tr.To != analysis.PhaseProfiling || !strings.Contains(tr.Reason, "requested through the API") ||
 		!strings.Contains(string(tr.Evidence), `"manual":true`) || tr.DetectNS != -1 {
 		t.Errorf("manual transition %+v", tr)
 	}
@@ -282,34 +284,34 @@ func TestGreyhoundAdvanceManual(t *testing.T) {
 }
 
 func TestGreyhoundStateRequestValidation(t *testing.T) {
-	var s GreyhoundState
-	if !s.RequestValidation(5) || s.ManualNS != 5 || s.Controller.Phase != PhaseTracking || s.Controller.Since != 5 {
+	var s analysis.GreyhoundState
+	if !requestValidation(&s, 5) || s.ManualNS != 5 || s.Controller.Phase != analysis.PhaseTracking || s.Controller.Since != 5 {
 		t.Fatalf("fresh state after a request: %+v", s)
 	}
-	s = GreyhoundState{Controller: ControllerState{Phase: PhaseValidation}}
-	if s.RequestValidation(7) || s.ManualNS != 0 {
+	s = analysis.GreyhoundState{Controller: analysis.ControllerState{Phase: analysis.PhaseValidation}}
+	if requestValidation(&s, 7) || s.ManualNS != 0 {
 		t.Fatalf("a request while validating was recorded: %+v", s)
 	}
 }
 
 func TestManualProfile(t *testing.T) {
-	hist := make([]Transition, greyhound.MaxHistory)
+	hist := make([]analysis.Transition, greyhound.MaxHistory)
 	for i := range hist {
-		hist[i] = Transition{From: PhaseVerdict, To: PhaseTracking, AtNS: int64(i)}
+		hist[i] = analysis.Transition{From: analysis.PhaseVerdict, To: analysis.PhaseTracking, AtNS: int64(i)}
 	}
-	in := ControllerState{Phase: PhaseVerdict, Since: 1, History: hist, Verdict: &GreyhoundVerdict{Kind: VerdictUniform}}
-	out, plan := greyhound.Step(in, greyhound.Observation{NowNS: 100, Manual: true}, DefaultGreyhoundConfig())
+	in := analysis.ControllerState{Phase: analysis.PhaseVerdict, Since: 1, History: hist, Verdict: &analysis.GreyhoundVerdict{Kind: analysis.VerdictUniform}}
+	out, plan := greyhound.Step(in, greyhound.Observation{NowNS: 100, Manual: true}, analysis.DefaultGreyhoundConfig())
 	if plan != nil {
 		t.Fatalf("a manual request published a plan at once: %+v", plan)
 	}
-	if out.Phase != PhaseProfiling || out.Since != 100 || out.Verdict != nil || out.Plan != nil {
+	if out.Phase != analysis.PhaseProfiling || out.Since != 100 || out.Verdict != nil || out.Plan != nil {
 		t.Fatalf("state %+v", out)
 	}
 	if len(out.History) != greyhound.MaxHistory || out.History[0].AtNS != 1 {
 		t.Fatalf("history not trimmed to the newest %d: len %d, first at %d", greyhound.MaxHistory, len(out.History), out.History[0].AtNS)
 	}
 	last := out.History[len(out.History)-1]
-	if last.From != PhaseVerdict || last.To != PhaseProfiling || last.AtNS != 100 || !strings.HasPrefix(last.Reason, "manual request") {
+	if last.From != analysis.PhaseVerdict || last.To != analysis.PhaseProfiling || last.AtNS != 100 || !strings.HasPrefix(last.Reason, "manual request") {
 		t.Fatalf("transition %+v", last)
 	}
 	if in.History[len(in.History)-1].AtNS != greyhound.MaxHistory-1 {
@@ -318,9 +320,9 @@ func TestManualProfile(t *testing.T) {
 }
 
 func TestProfileReady(t *testing.T) {
-	cfg := DefaultGreyhoundConfig() // ProfileIters 20, ProfileTimeoutNS 120 s
-	series := func(ends ...int64) *GreyhoundReport {
-		r := &GreyhoundReport{}
+	cfg := analysis.DefaultGreyhoundConfig() // ProfileIters 20, ProfileTimeoutNS 120 s
+	series := func(ends ...int64) *analysis.GreyhoundReport {
+		r := &analysis.GreyhoundReport{}
 		for _, e := range ends {
 			r.Iteration.Series = append(r.Iteration.Series, greyhound.Iter{EndNS: e, MS: 100})
 		}
@@ -347,16 +349,16 @@ func TestProfileReady(t *testing.T) {
 		{"half the timeout with 2", 1000, after(2), -60e9, false},
 		{"before half the timeout", 1000, after(3), -59e9, false},
 	} {
-		cs := ControllerState{Phase: PhaseProfiling, Since: tc.sinceNS}
-		if got := profileReady(series(tc.ends...), cs, &GreyhoundState{OnsetNS: tc.onsetNS}, cfg, 0); got != tc.want {
+		cs := analysis.ControllerState{Phase: analysis.PhaseProfiling, Since: tc.sinceNS}
+		if got := profileReady(series(tc.ends...), cs, &analysis.GreyhoundState{OnsetNS: tc.onsetNS}, cfg, 0); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
 
 func TestLeadSteps(t *testing.T) {
-	rep := func(ms ...float64) *GreyhoundReport {
-		r := &GreyhoundReport{}
+	rep := func(ms ...float64) *analysis.GreyhoundReport {
+		r := &analysis.GreyhoundReport{}
 		for _, m := range ms {
 			r.Iteration.Series = append(r.Iteration.Series, greyhound.Iter{MS: m})
 		}
@@ -364,7 +366,7 @@ func TestLeadSteps(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name       string
-		rep        *GreyhoundReport
+		rep        *analysis.GreyhoundReport
 		lastStepNS int64
 		nowNS      int64
 		marginNS   int64
@@ -379,7 +381,7 @@ func TestLeadSteps(t *testing.T) {
 		{"at least one", rep(1e6), 10e9, 10e9, 0, 1},
 		{"step newer than now", rep(100), 11e9, 10e9, 1e9, 10},
 	} {
-		gi := &GreyhoundInput{LastStepNS: tc.lastStepNS}
+		gi := &analysis.GreyhoundInput{LastStepNS: tc.lastStepNS}
 		if got := leadSteps(gi, tc.rep, tc.nowNS, tc.marginNS); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
@@ -389,8 +391,8 @@ func TestLeadSteps(t *testing.T) {
 // review2 #4: the deadline covers the lead to at_step, the agreement and
 // the benchmark on a 100 Mbit/s link, within [base, MaxPlanDeadlineMS].
 func TestPlanDeadlineMS(t *testing.T) {
-	plan := func(passes int) *GreyhoundPlan {
-		p := &GreyhoundPlan{}
+	plan := func(passes int) *analysis.GreyhoundPlan {
+		p := &analysis.GreyhoundPlan{}
 		p.GEMM.N, p.GEMM.Reps = 1024, 3
 		p.P2P.SizesBytes, p.P2P.Reps = []int64{16 << 20, 32 << 20, 64 << 20}, 3
 		for range passes {
@@ -423,12 +425,12 @@ func TestPlanDeadlineMS(t *testing.T) {
 // results are refused, while a retry of a stored one is still a duplicate.
 func TestPublishedPlanOutlivesRelief(t *testing.T) {
 	_, g := newGreyhoundStore(t)
-	plan := &GreyhoundPlan{ID: "v-1", AtStep: 50, DeadlineMS: 40_000}
+	plan := &analysis.GreyhoundPlan{ID: "v-1", AtStep: 50, DeadlineMS: 40_000}
 	plan.GEMM = greyhound.GEMMTest{Ranks: []int{1, 2}, N: 64, Dtype: "float32", Reps: 1}
 	now := ghT0
-	s := &GreyhoundState{Controller: greyhound.NewController(now)}
-	s.Controller.Phase, s.Controller.Plan = PhaseValidation, plan
-	s.PlanCreatedNS, s.Published = now, &PublishedPlan{ID: "v-1", CreatedNS: now, DeadlineMS: plan.DeadlineMS}
+	s := &analysis.GreyhoundState{Controller: greyhound.NewController(now)}
+	s.Controller.Phase, s.Controller.Plan = analysis.PhaseValidation, plan
+	s.PlanCreatedNS, s.Published = now, &analysis.PublishedPlan{ID: "v-1", CreatedNS: now, DeadlineMS: plan.DeadlineMS}
 	if err := g.Save("run42", s, plan); err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +442,7 @@ func TestPublishedPlanOutlivesRelief(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A relief: the controller drops the plan and goes back to tracking.
-	s.Controller.Phase, s.Controller.Plan, s.PlanCreatedNS = PhaseTracking, nil, 0
+	s.Controller.Phase, s.Controller.Plan, s.PlanCreatedNS = analysis.PhaseTracking, nil, 0
 	if err := g.Save("run42", s, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -477,10 +479,10 @@ func TestPublishedPlanOutlivesRelief(t *testing.T) {
 // Once the history is full (MaxHistory) a transition does not lengthen
 // it; it must still be seen as new (else the state is not saved).
 func TestNewTransitions(t *testing.T) {
-	mk := func(n, from int) []Transition {
-		var h []Transition
+	mk := func(n, from int) []analysis.Transition {
+		var h []analysis.Transition
 		for i := range n {
-			h = append(h, Transition{From: PhaseTracking, To: PhaseProfiling, AtNS: int64(from + i), Reason: "r"})
+			h = append(h, analysis.Transition{From: analysis.PhaseTracking, To: analysis.PhaseProfiling, AtNS: int64(from + i), Reason: "r"})
 		}
 		return h
 	}

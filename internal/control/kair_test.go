@@ -1,4 +1,4 @@
-package detect
+package control
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func newKairTest(t *testing.T, world int, cfg KairConfig) *kairEnv {
 	if err := st.PutJob(&signal.Job{ID: "j", WorldSize: world, Schema: stagevec.DefaultSchema()}); err != nil {
 		t.Fatal(err)
 	}
-	k, err := NewKair(cfg, storeJobs{st}, analysis.NewKair(st, analysis.KairConfig{}), prometheus.NewRegistry(), quiet)
+	k, err := NewKair(cfg, storeJobs{st}, NewKairLifecycle(st, KairLifecycleConfig{}), prometheus.NewRegistry(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestKairAutoTriggerOnceWithCooldown(t *testing.T) {
 		t.Fatalf("%d captures after a straggler report", len(cs))
 	}
 	c := cs[0]
-	if c.Trigger != analysis.TriggerAuto || c.Steps != 3 || !strings.Contains(c.Reason, "rank 2") || !slices.Equal(c.Ranks, []int{0, 1, 2, 3}) {
+	if c.Trigger != TriggerAuto || c.Steps != 3 || !strings.Contains(c.Reason, "rank 2") || !slices.Equal(c.Ranks, []int{0, 1, 2, 3}) {
 		t.Fatalf("auto capture %+v", c)
 	}
 	e.k.ObserveReport("j", stragglerReport(2, "")) // open
@@ -104,7 +104,7 @@ func TestKairAutoTriggerOnceWithCooldown(t *testing.T) {
 		t.Errorf("captures_total{auto,cancelled} = %v", got)
 	}
 	// A manual capture is refused while the auto one is open.
-	if _, err := e.k.CreateCapture("j", analysis.CaptureRequest{}); !errors.Is(err, analysis.ErrCaptureOpen) {
+	if _, err := e.k.CreateCapture("j", analysis.CaptureRequest{}); !errors.Is(err, ErrCaptureOpen) {
 		t.Errorf("manual during auto: %v", err)
 	}
 }
@@ -241,11 +241,11 @@ func TestKairAutoTriggerOncePerFinding(t *testing.T) {
 		e.k.ObserveReport("j", stragglerReport(2, ""))
 	}
 	cs := e.captures(t)
-	if len(cs) != 2 || cs[0].Trigger != analysis.TriggerAuto || cs[0].Signal != "straggler:2" || cs[1].ID != m.ID {
+	if len(cs) != 2 || cs[0].Trigger != TriggerAuto || cs[0].Signal != "straggler:2" || cs[1].ID != m.ID {
 		t.Fatalf("after 40 cooldowns of one straggler: %d captures, newest %+v", len(cs), cs[0])
 	}
 	// A restarted server (fresh controller and adapter over the store).
-	k2, err := NewKair(KairConfig{Cooldown: 10 * time.Minute}, storeJobs{e.st}, analysis.NewKair(e.st, analysis.KairConfig{}), prometheus.NewRegistry(), quietLog)
+	k2, err := NewKair(KairConfig{Cooldown: 10 * time.Minute}, storeJobs{e.st}, NewKairLifecycle(e.st, KairLifecycleConfig{}), prometheus.NewRegistry(), quietLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,39 +271,56 @@ func TestKairAutoTriggerOncePerFinding(t *testing.T) {
 	}
 }
 
+// fakeFrontier is the StageFrontier evaluation as the driver reads it.
+type fakeFrontier struct {
+	advancing bool
+	stepNS    int64
+	ranks     []int
+}
+
+func (f *fakeFrontier) Suspects(string) (int64, []int) { return f.stepNS, f.ranks }
+func (f *fakeFrontier) Advancing(string) bool          { return f.advancing }
+
 // With the StageFrontier detector attached, a job not seen advancing
 // (finished, or not yet since a restart) fires nothing; once its steps
-// advance, it does.
+// advance, it does (detect.TestAdvancing covers the detector's side).
 func TestKairAutoTriggerSkipsIdleJobs(t *testing.T) {
 	e := newKairTest(t, 4, KairConfig{})
-	det, err := New(Config{Interval: -1}, storeJobs{e.st}, e.st, fixedReporter{}, prometheus.NewRegistry(), quietLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	det.now = func() time.Time { return e.now }
+	det := &fakeFrontier{}
 	e.k.Attach(det, nil)
-	e.k.ObserveReport("j", stragglerReport(2, "")) // never evaluated
-	det.mu.Lock()
-	det.state["j"] = &jobState{lastStep: 10, vectors: 40} // seen, not advancing
-	det.mu.Unlock()
 	e.k.ObserveReport("j", stragglerReport(2, ""))
 	if n := len(e.captures(t)); n != 0 {
 		t.Fatalf("idle job: %d captures", n)
 	}
-	det.mu.Lock()
-	det.state["j"].advancedAt = e.now.Add(-time.Minute)
-	det.mu.Unlock()
+	det.advancing = true
 	e.k.ObserveReport("j", stragglerReport(2, ""))
 	if n := len(e.captures(t)); n != 1 {
 		t.Fatalf("advancing job: %d captures", n)
 	}
-	det.mu.Lock()
-	det.state["j"].advancedAt = e.now.Add(-time.Hour) // stopped 1h ago (ActiveFor 15m)
-	det.mu.Unlock()
+	det.advancing = false // stopped
 	e.now = e.now.Add(2 * time.Hour)
 	e.k.ObserveReport("j", stragglerReport(1, ""))
 	if n := len(e.captures(t)); n != 1 {
 		t.Fatalf("finished job: %d captures", n)
+	}
+}
+
+// The detector's step time and named ranks are a manual capture's hints:
+// its suspects are recorded beside random peers.
+func TestKairHintsFromFrontier(t *testing.T) {
+	e := newKairTest(t, 64, KairConfig{})
+	e.k.Attach(&fakeFrontier{stepNS: 100e6, ranks: []int{7, 9}}, nil)
+	c, err := e.k.CreateCapture("j", analysis.CaptureRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(c.Ranks, 7) || !slices.Contains(c.Ranks, 9) || len(c.Ranks) != 16 {
+		t.Fatalf("ranks %v", c.Ranks)
+	}
+	// No step known yet: the 5 recorded steps at 100 ms plus 5 min of
+	// slack (15 min without a step time).
+	if want := e.now.UnixNano() + 5*int64(100e6) + 300e9; c.DeadlineNS != want {
+		t.Fatalf("deadline %d, want %d (step time not taken)", c.DeadlineNS, want)
 	}
 }
 

@@ -1,4 +1,4 @@
-package analysis
+package control
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/signal"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 	"github.com/laggard-dev/laggard/internal/store"
@@ -18,7 +19,7 @@ import (
 // ordinal or at the old launch's last step.
 func TestKairIncarnations(t *testing.T) {
 	st := kairStore(t, 2)
-	k := NewKair(st, KairConfig{})
+	k := NewKairLifecycle(st, KairLifecycleConfig{})
 	now := int64(1_800_000_000) * sec
 	var vs []stagevec.Vector
 	for s := int64(0); s < 500; s++ {
@@ -29,7 +30,7 @@ func TestKairIncarnations(t *testing.T) {
 	if err := st.Append("j", vs); err != nil {
 		t.Fatal(err)
 	}
-	c0, err := k.Create("j", CaptureRequest{}, CaptureHints{StepNS: sec}, now)
+	c0, err := k.Create("j", analysis.CaptureRequest{}, CaptureHints{StepNS: sec}, now)
 	if err != nil || c0.Incarnation != 0 || c0.StartStep != 499+10 {
 		t.Fatalf("capture of the first launch: %+v %v", c0, err)
 	}
@@ -67,7 +68,7 @@ func TestKairIncarnations(t *testing.T) {
 		t.Errorf("a late upload of the first launch's own process is still taken: %v", err)
 	}
 
-	c1, err := k.Create("j", CaptureRequest{}, CaptureHints{StepNS: sec}, now+5*sec)
+	c1, err := k.Create("j", analysis.CaptureRequest{}, CaptureHints{StepNS: sec}, now+5*sec)
 	if err != nil || c1.Incarnation != 1 || c1.StartStep < 59 || c1.StartStep > 59+100 {
 		t.Fatalf("capture of the restart: start %d (want a step after 59 of its own launch) %+v %v", c1.StartStep, c1, err)
 	}

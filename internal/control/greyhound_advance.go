@@ -1,87 +1,28 @@
-package analysis
+package control
 
 import (
 	"context"
 	"math"
 
-	"github.com/laggard-dev/laggard/internal/engine/greyhound"
+	"github.com/laggard-dev/laggard/internal/analysis"
 )
 
-// Aliases so layers above analysis (detect, api, the CLI, the demo) name
-// the Greyhound engine's types without importing it: only analysis joins
-// the store and the engines (docs/design/architecture.md rule 2).
-type (
-	// GreyhoundReport is Greyhound-Detect's report (contract §5).
-	GreyhoundReport = greyhound.Report
-	// GreyhoundConfig holds the engine's thresholds.
-	GreyhoundConfig = greyhound.Config
-	// GreyhoundPhase is the controller's phase (§4.1).
-	GreyhoundPhase = greyhound.Phase
-	// GreyhoundPlan is a validation plan as the engine makes it (§4.3).
-	GreyhoundPlan = greyhound.Plan
-	// GreyhoundVerdict is the controller's conclusion.
-	GreyhoundVerdict = greyhound.Verdict
-	// GreyhoundVerdictKind classifies a verdict.
-	GreyhoundVerdictKind = greyhound.VerdictKind
-	// GreyhoundChangePoint is one change point of the iteration series.
-	GreyhoundChangePoint = greyhound.ChangePointView
-	// ControllerState is one job's controller state.
-	ControllerState = greyhound.ControllerState
-	// Transition is one timestamped phase change.
-	Transition = greyhound.Transition
-	// IterationMethod says where the iteration series came from.
-	IterationMethod = greyhound.IterationMethod
-	// ValidationState is a validation run's state in a report.
-	ValidationState = greyhound.ValidationState
-)
-
-// Controller phases (§4.1).
-const (
-	PhaseTracking   = greyhound.PhaseTracking
-	PhaseProfiling  = greyhound.PhaseProfiling
-	PhaseValidation = greyhound.PhaseValidation
-	PhaseVerdict    = greyhound.PhaseVerdict
-)
-
-// Verdict kinds.
-const (
-	VerdictSlowRank     = greyhound.VerdictSlowRank
-	VerdictSlowLink     = greyhound.VerdictSlowLink
-	VerdictUniform      = greyhound.VerdictUniform
-	VerdictNone         = greyhound.VerdictNone
-	VerdictInconclusive = greyhound.VerdictInconclusive
-)
-
-// Iteration methods, validation run states and the default detector's
-// name as reports carry them.
-const (
-	MethodACF         = greyhound.MethodACF
-	MethodNone        = greyhound.MethodNone
-	ValidationPending = greyhound.ValidationPending
-	ValidationDone    = greyhound.ValidationDone
-	ValidationExpired = greyhound.ValidationExpired
-	DetectorBOCDV     = greyhound.DetectorBOCDV
-)
-
-// DefaultGreyhoundConfig returns the engine's documented defaults.
-func DefaultGreyhoundConfig() GreyhoundConfig { return greyhound.DefaultConfig() }
-
-// RequestValidation records a validation asked for through the API at
-// nowNS; the next Advance acts on it. It reports false, recording
+// requestValidation records on s a validation asked for through the API
+// at nowNS; the next Advance acts on it. It reports false, recording
 // nothing, while the controller is already validating.
-func (s *GreyhoundState) RequestValidation(nowNS int64) bool {
-	if s.Controller.Phase == PhaseValidation {
+func requestValidation(s *analysis.GreyhoundState, nowNS int64) bool {
+	if s.Controller.Phase == analysis.PhaseValidation {
 		return false
 	}
 	s.ManualNS = nowNS
 	if s.Controller.Phase == "" {
-		s.Controller = greyhound.NewController(nowNS)
+		s.Controller = analysis.NewGreyhoundController(nowNS)
 	}
 	return true
 }
 
 // AdvanceOptions shape one controller step. Zero fields are taken as 0:
-// the caller (internal/detect) owns the defaults.
+// the caller (Greyhound, the loop) owns the defaults.
 type AdvanceOptions struct {
 	// WindowNS is the span of calls analysed: the latest WindowNS before
 	// the newest call.
@@ -106,7 +47,7 @@ const (
 // Advanced is one transition an Advance made, with what the server
 // measures of it.
 type Advanced struct {
-	Transition
+	analysis.Transition
 	// DetectNS is the detection latency — from the end of the onset
 	// iteration to entering profiling — on the transition an onset made;
 	// -1 on the others.
@@ -125,13 +66,13 @@ type Advanced struct {
 type AdvanceResult struct {
 	// Next is the state to store; Changed says it differs from the one
 	// given (store it, with Plan, in one write).
-	Next    *GreyhoundState
+	Next    *analysis.GreyhoundState
 	Changed bool
 	// Plan is the validation plan this step publishes, nil when none.
-	Plan *GreyhoundPlan
+	Plan *analysis.GreyhoundPlan
 	// Report is the analysis of the window this step fed the controller,
 	// with the controller state the step leaves.
-	Report *GreyhoundReport
+	Report *analysis.GreyhoundReport
 	// Transitions are the phase changes made in this step, oldest first.
 	Transitions []Advanced
 }
@@ -144,34 +85,33 @@ type AdvanceResult struct {
 // (§4.1). A pending manual request first moves tracking or a held
 // verdict to profiling. It reads the store, never a clock, and writes
 // nothing: the caller persists AdvanceResult.Next and Plan.
-func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *GreyhoundState, opt AdvanceOptions) (*AdvanceResult, error) {
-	gi, err := g.Load(ctx, GreyhoundRequest{Job: job, LastNS: opt.WindowNS, NowNS: nowNS})
+func (g *GreyhoundLifecycle) Advance(ctx context.Context, job string, nowNS int64, st *analysis.GreyhoundState, opt AdvanceOptions) (*AdvanceResult, error) {
+	gi, err := g.Load(ctx, analysis.GreyhoundRequest{Job: job, LastNS: opt.WindowNS, NowNS: nowNS})
 	if err != nil {
 		return nil, err
 	}
-	cfg := g.cfg
+	cfg := g.Config()
 	if st.Incarnation != gi.Incarnation {
 		// The job restarted: the episode, its change points and any plan
 		// were the previous launch's, whose processes are gone. Start
 		// over on the new launch's calls (the window holds only them).
-		st = &GreyhoundState{Incarnation: gi.Incarnation, ManualNS: st.ManualNS}
+		st = &analysis.GreyhoundState{Incarnation: gi.Incarnation, ManualNS: st.ManualNS}
 	}
 	cs := st.Controller
 	if cs.Phase == "" {
-		cs = greyhound.NewController(nowNS)
+		cs = analysis.NewGreyhoundController(nowNS)
 	}
-	gi.In.State = &cs
-	rep, err := greyhound.Analyze(gi.In, cfg)
+	rep, err := gi.Analyze(&cs, cfg)
 	if err != nil {
 		return nil, err
 	}
 	before := cs
 	next := *st
-	obs := greyhound.Observation{NowNS: nowNS, Step: max(gi.LastStep, 0)}
+	obs := analysis.GreyhoundObservation{NowNS: nowNS, Step: max(gi.LastStep, 0)}
 	// A manual request (API) starts an episode without an onset: the
 	// controller enters profiling from tracking or a held verdict.
 	if st.ManualNS > 0 {
-		if cs.Phase == PhaseTracking || cs.Phase == PhaseVerdict {
+		if cs.Phase == analysis.PhaseTracking || cs.Phase == analysis.PhaseVerdict {
 			obs.Manual = true
 			next.OnsetNS = 0
 		}
@@ -181,31 +121,31 @@ func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *Gr
 	// that enters collectives late while its GEMM and links are healthy.
 	obs.Lateness = &rep.Lateness
 	obs.IterMS = recentIterNS(rep) / 1e6
-	if cp := LatestChange(rep, st.SeenNS, cfg); cp != nil {
+	if cp := analysis.LatestChange(rep, st.SeenNS, cfg); cp != nil {
 		next.SeenNS = cp.EndNS
-		if cp.Kind == greyhound.KindOnset {
+		if cp.Kind == analysis.GreyhoundOnset {
 			obs.Onset = cp
 		} else {
 			obs.Relief = cp
 		}
 	}
-	if cs.Phase == PhaseProfiling && profileReady(rep, cs, st, cfg, nowNS) {
+	if cs.Phase == analysis.PhaseProfiling && profileReady(rep, cs, st, cfg, nowNS) {
 		obs.Clusters = rep.Groups
 		if obs.Clusters == nil {
-			obs.Clusters = []greyhound.Cluster{}
+			obs.Clusters = []analysis.GreyhoundCluster{}
 		}
 	}
-	if cs.Phase == PhaseValidation && cs.Plan != nil {
+	if cs.Phase == analysis.PhaseValidation && cs.Plan != nil {
 		if obs.Results, err = g.Results(job, cs.Plan.ID); err != nil {
 			return nil, err
 		}
 	}
 	cfg.PlanLeadSteps = leadSteps(gi, rep, nowNS, opt.MarginNS)
-	stepped, plan := greyhound.Step(cs, obs, cfg)
+	stepped, plan := analysis.StepGreyhound(cs, obs, cfg)
 	if plan != nil {
 		// The engine's deadline is a constant; the ranks need the lead
 		// to at_step, the agreement and the benchmark on a slow link.
-		d := PlanDeadlineMS(plan, gi.LastStepNS+(cfg.PlanLeadSteps+1)*int64(recentIterNS(rep))-nowNS, g.cfg.DeadlineMS)
+		d := PlanDeadlineMS(plan, gi.LastStepNS+(cfg.PlanLeadSteps+1)*int64(recentIterNS(rep))-nowNS, g.Config().DeadlineMS)
 		plan.DeadlineMS = d
 		if stepped.Plan != nil {
 			p := *stepped.Plan
@@ -213,10 +153,10 @@ func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *Gr
 			stepped.Plan = &p
 		}
 		next.PlanCreatedNS = nowNS
-		next.Published = &PublishedPlan{ID: plan.ID, CreatedNS: nowNS, DeadlineMS: d}
+		next.Published = &analysis.PublishedPlan{ID: plan.ID, CreatedNS: nowNS, DeadlineMS: d}
 	}
 	next.Controller = stepped
-	if stepped.Phase == PhaseTracking {
+	if stepped.Phase == analysis.PhaseTracking {
 		next.PlanCreatedNS = 0
 	}
 	res := &AdvanceResult{Next: &next, Plan: plan, Report: rep}
@@ -225,16 +165,16 @@ func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *Gr
 	for _, t := range newTransitions(before.History, stepped.History) {
 		a := Advanced{Transition: t, DetectNS: -1, VerdictNS: -1}
 		switch {
-		case t.From == PhaseTracking && t.To == PhaseProfiling && obs.Onset != nil:
+		case t.From == analysis.PhaseTracking && t.To == analysis.PhaseProfiling && obs.Onset != nil:
 			next.OnsetNS = obs.Onset.EndNS
 			a.DetectNS = max(0, t.AtNS-obs.Onset.EndNS)
-		case t.To == PhaseVerdict && next.OnsetNS > 0:
+		case t.To == analysis.PhaseVerdict && next.OnsetNS > 0:
 			a.VerdictNS = max(0, t.AtNS-next.OnsetNS)
 		}
-		if t.From == PhaseValidation {
+		if t.From == analysis.PhaseValidation {
 			a.Outcome = OutcomeDone
 			switch {
-			case t.To == PhaseTracking:
+			case t.To == analysis.PhaseTracking:
 				a.Outcome = OutcomeAbandoned
 			case len(obs.Results) < len(validationRanks(before.Plan)):
 				a.Outcome = OutcomeExpired
@@ -245,12 +185,10 @@ func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *Gr
 	if len(res.Transitions) > 0 || plan != nil {
 		// The report should show the state this step leaves (it is what
 		// the server serves until the next round): analyse again with it.
-		gi.In.State = &next.Controller
-		if res.Report, err = greyhound.Analyze(gi.In, g.cfg); err != nil {
+		if res.Report, err = gi.Analyze(&next.Controller, g.Config()); err != nil {
 			return nil, err
 		}
 	}
-	gi.label(res.Report)
 	res.Changed = len(res.Transitions) > 0 || plan != nil || next.SeenNS != st.SeenNS || next.ManualNS != st.ManualNS || st.Controller.Phase == ""
 	return res, nil
 }
@@ -260,7 +198,7 @@ func (g *Greyhound) Advance(ctx context.Context, job string, nowNS int64, st *Gr
 // window of mostly healthy iterations would hide the degraded group —
 // or half the profiling timeout has passed with at least 3 of them.
 // A manual request profiles at once.
-func profileReady(rep *greyhound.Report, cs greyhound.ControllerState, st *GreyhoundState, cfg greyhound.Config, nowNS int64) bool {
+func profileReady(rep *analysis.GreyhoundReport, cs analysis.ControllerState, st *analysis.GreyhoundState, cfg analysis.GreyhoundConfig, nowNS int64) bool {
 	if st.OnsetNS == 0 {
 		return true
 	}
@@ -277,7 +215,7 @@ func profileReady(rep *greyhound.Report, cs greyhound.ControllerState, st *Greyh
 // newest stored step by the shipping delay, and every rank must poll the
 // plan before reaching at_step, so it is scheduled marginNS beyond where
 // the ranks are now, in iterations of the current (slow) iteration time.
-func leadSteps(gi *GreyhoundInput, rep *greyhound.Report, nowNS, marginNS int64) int64 {
+func leadSteps(gi *analysis.GreyhoundInput, rep *analysis.GreyhoundReport, nowNS, marginNS int64) int64 {
 	iterNS := recentIterNS(rep)
 	if iterNS <= 0 {
 		return 1
@@ -286,7 +224,7 @@ func leadSteps(gi *GreyhoundInput, rep *greyhound.Report, nowNS, marginNS int64)
 	return max(1, int64(math.Ceil((lag+float64(marginNS))/iterNS)))
 }
 
-func validationRanks(p *greyhound.Plan) []int {
+func validationRanks(p *analysis.GreyhoundPlan) []int {
 	if p == nil {
 		return nil
 	}
@@ -295,7 +233,7 @@ func validationRanks(p *greyhound.Plan) []int {
 
 // recentIterNS is the mean of the latest 5 iterations in ns, 0 unknown:
 // after an onset the median of the whole window is the healthy time.
-func recentIterNS(rep *greyhound.Report) float64 {
+func recentIterNS(rep *analysis.GreyhoundReport) float64 {
 	s := rep.Iteration.Series
 	if len(s) == 0 {
 		return 0
@@ -335,7 +273,7 @@ const (
 // (gloo cannot cancel one): at most one of the largest per pass. Results
 // that arrive within it are judged; the deadline counts from the plan's
 // creation, so it has to cover the lead to at_step too.
-func PlanDeadlineMS(p *greyhound.Plan, leadNS, baseMS int64) int64 {
+func PlanDeadlineMS(p *analysis.GreyhoundPlan, leadNS, baseMS int64) int64 {
 	var sizes, largest float64
 	for _, b := range p.P2P.SizesBytes {
 		sizes += float64(b)
@@ -352,9 +290,9 @@ func PlanDeadlineMS(p *greyhound.Plan, leadNS, baseMS int64) int64 {
 }
 
 // newTransitions are the transitions after holds that before lacks. The
-// history is trimmed to greyhound.MaxHistory, so once full a new
+// history is trimmed to the engine's MaxHistory, so once full a new
 // transition does not lengthen it: the new ones follow before's last.
-func newTransitions(before, after []greyhound.Transition) []greyhound.Transition {
+func newTransitions(before, after []analysis.Transition) []analysis.Transition {
 	if len(before) == 0 {
 		return after
 	}

@@ -1,4 +1,4 @@
-package detect
+package control
 
 import (
 	"context"
@@ -70,15 +70,15 @@ func (c *GreyhoundConfig) setDefaults() {
 // job waits for the next round.
 const maxKicked = 1024
 
-// Controller runs Greyhound-Detect's three-phase controller for every
+// Greyhound runs Greyhound-Detect's three-phase controller for every
 // active job with collective calls. It is the loop around
-// analysis.Greyhound.Advance (which analyses the job's recent calls and
+// GreyhoundLifecycle.Advance (which analyses the job's recent calls and
 // steps the engine's pure controller): it schedules jobs, gives each step
 // the server clock, persists state and plans, and publishes metrics. It
 // implements the API's Greyhound dependency.
-type Controller struct {
+type Greyhound struct {
 	cfg  GreyhoundConfig
-	gh   *analysis.Greyhound
+	gh   *GreyhoundLifecycle
 	jobs Jobs
 	log  *slog.Logger
 	m    *ghMetrics
@@ -123,8 +123,9 @@ type ghJob struct {
 	evaluated time.Time
 }
 
-// NewController returns a controller; its metrics are registered on reg.
-func NewController(cfg GreyhoundConfig, jobs Jobs, gh *analysis.Greyhound, reg prometheus.Registerer, log *slog.Logger) (*Controller, error) {
+// NewGreyhound returns the controller loop over gh; its metrics are
+// registered on reg.
+func NewGreyhound(cfg GreyhoundConfig, jobs Jobs, gh *GreyhoundLifecycle, reg prometheus.Registerer, log *slog.Logger) (*Greyhound, error) {
 	cfg.setDefaults()
 	if log == nil {
 		log = slog.Default()
@@ -133,20 +134,20 @@ func NewController(cfg GreyhoundConfig, jobs Jobs, gh *analysis.Greyhound, reg p
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, gh: gh, jobs: jobs, log: log.With("component", "greyhound"), m: m, now: time.Now,
+	return &Greyhound{cfg: cfg, gh: gh, jobs: jobs, log: log.With("component", "greyhound"), m: m, now: time.Now,
 		kick: make(chan struct{}, 1), sem: make(chan struct{}, cfg.MaxReports), seen: map[string]*ghJob{},
 		pending: map[string]bool{}, manual: map[string]int64{}, forgot: map[string]uint64{},
 		reports: map[string]cachedReport{}}, nil
 }
 
 // SetClock replaces the server clock (tests drive the loop with a fake).
-func (c *Controller) SetClock(now func() time.Time) { c.now = now }
+func (c *Greyhound) SetClock(now func() time.Time) { c.now = now }
 
 // Run evaluates a round at once and then every Interval, and a job at
 // once when a result or a manual request arrives, until ctx is done. A
 // kick evaluates only the kicked job: full rounds run on the ticker alone
 // (one round loads every active job's window).
-func (c *Controller) Run(ctx context.Context) {
+func (c *Greyhound) Run(ctx context.Context) {
 	if c.cfg.Interval < 0 {
 		return
 	}
@@ -172,7 +173,7 @@ func (c *Controller) Run(ctx context.Context) {
 
 // poke asks Run to evaluate job at once; a job already waiting is not
 // queued twice.
-func (c *Controller) poke(job string) {
+func (c *Greyhound) poke(job string) {
 	c.mu.Lock()
 	if !c.pending[job] && len(c.kicked) < maxKicked {
 		c.pending[job] = true
@@ -185,7 +186,7 @@ func (c *Controller) poke(job string) {
 	}
 }
 
-func (c *Controller) takeKicked() []string {
+func (c *Greyhound) takeKicked() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	jobs := c.kicked
@@ -195,7 +196,7 @@ func (c *Controller) takeKicked() []string {
 }
 
 // EvaluateOnce runs one round over the jobs with collective calls.
-func (c *Controller) EvaluateOnce(ctx context.Context) {
+func (c *Greyhound) EvaluateOnce(ctx context.Context) {
 	jobs, err := c.jobs.List()
 	if err != nil {
 		c.log.Warn("listing jobs", "err", err)
@@ -251,7 +252,7 @@ func (c *Controller) EvaluateOnce(ctx context.Context) {
 }
 
 // evaluate runs one controller step for job.
-func (c *Controller) evaluate(ctx context.Context, job string) {
+func (c *Greyhound) evaluate(ctx context.Context, job string) {
 	c.evalMu.Lock()
 	defer c.evalMu.Unlock()
 	c.mu.Lock()
@@ -284,17 +285,17 @@ func (c *Controller) evaluate(ctx context.Context, job string) {
 	c.m.evaluations.WithLabelValues("ok").Inc()
 }
 
-// step advances job's controller once at now (analysis.Greyhound.Advance)
+// step advances job's controller once at now (GreyhoundLifecycle.Advance)
 // and keeps the loop's part: persistence, logs and metrics.
-func (c *Controller) step(ctx context.Context, job string, now time.Time, seq uint64, manual int64) error {
+func (c *Greyhound) step(ctx context.Context, job string, now time.Time, seq uint64, manual int64) error {
 	st, err := c.gh.State(job)
 	if err != nil {
 		return err
 	}
 	if manual > 0 {
-		st.RequestValidation(manual)
+		requestValidation(st, manual)
 	}
-	res, err := c.gh.Advance(ctx, job, now.UnixNano(), st, analysis.AdvanceOptions{WindowNS: c.cfg.WindowNS, MarginNS: int64(c.cfg.Margin)})
+	res, err := c.gh.Advance(ctx, job, now.UnixNano(), st, AdvanceOptions{WindowNS: c.cfg.WindowNS, MarginNS: int64(c.cfg.Margin)})
 	if err != nil {
 		return err
 	}
@@ -312,7 +313,7 @@ func (c *Controller) step(ctx context.Context, job string, now time.Time, seq ui
 		c.log.Info("greyhound transition", "job", job, "from", t.From, "to", t.To, "reason", t.Reason)
 	}
 	if res.Plan != nil {
-		c.m.validations.WithLabelValues(string(analysis.OutcomePublished)).Inc()
+		c.m.validations.WithLabelValues(string(OutcomePublished)).Inc()
 	}
 	if res.Changed {
 		if err := c.gh.Save(job, res.Next, res.Plan); err != nil {
@@ -331,7 +332,7 @@ func (c *Controller) step(ctx context.Context, job string, now time.Time, seq ui
 	return nil
 }
 
-func (c *Controller) publish(job string, seq uint64, s analysis.ControllerState, rep *analysis.GreyhoundReport) {
+func (c *Greyhound) publish(job string, seq uint64, s analysis.ControllerState, rep *analysis.GreyhoundReport) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f, ok := c.forgot[job]; ok && f >= seq {
@@ -360,7 +361,7 @@ func (c *Controller) publish(job string, seq uint64, s analysis.ControllerState,
 // requests. Its keyspace went with the job (store.DeleteJob). It does not
 // wait for an evaluation in flight (which may take Timeout): that
 // evaluation's publish sees the job forgotten and exports nothing.
-func (c *Controller) Forget(job string) {
+func (c *Greyhound) Forget(job string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.seen[job]; s != nil && s.exported {
@@ -378,7 +379,7 @@ func (c *Controller) Forget(job string) {
 // window, 5 minutes by default, and shows the state the round left).
 // Other windows, or no fresh round, are computed on demand, at most
 // MaxReports at once: each loads up to 2M calls.
-func (c *Controller) Report(ctx context.Context, req analysis.GreyhoundRequest) (*analysis.GreyhoundReport, error) {
+func (c *Greyhound) Report(ctx context.Context, req analysis.GreyhoundRequest) (*analysis.GreyhoundReport, error) {
 	if req.FromNS == 0 && req.ToNS == 0 && req.LastNS == 0 && req.Incarnation == nil && c.cfg.Interval > 0 {
 		c.mu.Lock()
 		cr, ok := c.reports[req.Job]
@@ -398,14 +399,14 @@ func (c *Controller) Report(ctx context.Context, req analysis.GreyhoundRequest) 
 
 // OpenPlan is the plan rank of incarnation inc (-1: the newest) should
 // run, nil when none (API).
-func (c *Controller) OpenPlan(job string, rank, inc int) (*analysis.ValidationPlan, error) {
+func (c *Greyhound) OpenPlan(job string, rank, inc int) (*analysis.ValidationPlan, error) {
 	return c.gh.OpenPlan(job, rank, inc, c.now().UnixNano())
 }
 
 // PostResult stores one rank's result (rank ≥ 0: the rank the poster
 // says it is; inc ≥ 0: the incarnation it names) and evaluates the job at once (a complete set of results
 // is a verdict without waiting for the round).
-func (c *Controller) PostResult(job, vid string, rank, inc int, body io.Reader) (*analysis.ValidationResult, bool, error) {
+func (c *Greyhound) PostResult(job, vid string, rank, inc int, body io.Reader) (*analysis.ValidationResult, bool, error) {
 	res, dup, err := c.gh.PostResult(job, vid, c.now().UnixNano(), rank, inc, body)
 	if err == nil && !dup {
 		c.poke(job)
@@ -418,7 +419,7 @@ func (c *Controller) PostResult(job, vid string, rank, inc int, body io.Reader) 
 // The request is held until the job's next evaluation, which it starts
 // at once; nothing is recorded (and nothing evaluated) while the job is
 // validating or already has a request waiting.
-func (c *Controller) RequestValidation(job string) (analysis.GreyhoundPhase, bool, error) {
+func (c *Greyhound) RequestValidation(job string) (analysis.GreyhoundPhase, bool, error) {
 	st, err := c.gh.State(job)
 	if err != nil {
 		return "", false, err
