@@ -97,7 +97,8 @@ def compact(inc):
     return {
         "id": inc.get("id") or "", "state": inc.get("state") or "", "opened_ns": opened.get("wall_ns", 0),
         "opened_step": opened.get("step", 0), "detected_ns": inc.get("detected_ns", 0),
-        "resolved_ns": resolved.get("wall_ns", 0) if resolved else 0, "cause": list(inc.get("cause") or []),
+        "resolved_ns": resolved.get("wall_ns", 0) if resolved else 0, "resolved_by": inc.get("resolved_by") or "",
+        "cause": list(inc.get("cause") or []),
         "category": inc.get("category") or "", "confidence": inc.get("confidence") or "", "hyps": hyps,
         "lost_s": lost.get("seconds", 0.0), "lost_steps": lost.get("steps", 0), "lost_partial": bool(lost.get("partial")),
         "healthy_ms": inc.get("healthy_ms", 0.0), "slow_ms": inc.get("slow_ms", 0.0), "relapses": inc.get("relapses", 0),
@@ -250,9 +251,12 @@ def milestones(snapshots, truth):
                 loc_right = t
             if expl_right is None and any(is_explained(ci) for ci in live):
                 expl_right = t
-        if rec is None and any(ci.get("state") in ("recovering", "resolved") for ci in live):
+        # A job that stopped reporting while slow resolves as job_stopped:
+        # that is the end of the run, not a recovery.
+        recovered = [ci for ci in live if ci.get("resolved_by") != "job_stopped"]
+        if rec is None and any(ci.get("state") in ("recovering", "resolved") for ci in recovered):
             rec = t
-        if res is None and any(ci.get("state") == "resolved" for ci in live):
+        if res is None and any(ci.get("state") == "resolved" for ci in recovered):
             res = t
     out.update(opened_s=sec(opened), localized_s=sec(loc), explained_s=sec(expl), localized_right_s=sec(loc_right),
                explained_right_s=sec(expl_right), recovering_s=sec(rec), resolved_s=sec(res),

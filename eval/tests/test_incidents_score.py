@@ -201,6 +201,12 @@ class Milestones(unittest.TestCase):
         self.assertEqual((m["recovering_s"], m["resolved_s"], m["observed_s"]), (40.0, 170.0, 170.0))
         self.assertEqual((m["wrong_ever"], m["wrong_high"]), ([], []))
 
+    def test_job_stopped_is_not_a_recovery(self):
+        stopped = incident(state="resolved", resolved_ns=T0 + 30 * S)
+        stopped["resolved_by"] = "job_stopped"
+        m = score.milestones([snap(T0 + 2 * S, incident()), snap(T0 + 31 * S, stopped)], self.truth())
+        self.assertEqual((m["opened_s"], m["recovering_s"], m["resolved_s"]), (2.0, None, None))
+
     def test_wrong_then_corrected(self):
         wrong = hyp(target("rank", rank=1), cat="compute")
         right = hyp(target("rank", rank=2), cat="communication", layers=("collective",))
