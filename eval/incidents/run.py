@@ -725,8 +725,9 @@ def main(argv=None):
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--quick", action="store_true", help="one case per harness, one seed (smoke test)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, its time estimate and the serve flags")
-    ap.add_argument("--detect-interval", default="2s",
-                    help="laggard serve -detect-interval (StageFrontier's round; passed when serve has the flag)")
+    ap.add_argument("--detect-interval", default="",
+                    help="laggard serve -detect-interval (StageFrontier's background round; default: the server's own, "
+                         "what users get; passed when serve has the flag)")
     ap.add_argument("--serve-flag", action="append", default=[], help="extra serve flag, -name=value (repeatable)")
     ap.add_argument("--poll", type=float, default=0.5, help="seconds between incident polls")
     ap.add_argument("--engines-every", type=float, default=2.0, help="seconds between engine-report polls (0: off)")
