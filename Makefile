@@ -6,7 +6,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BIN     := bin/laggard
 LDFLAGS := -s -w
 
-.PHONY: all deps deps-browser build demo test test-go test-py bench fuzz chaos eval clean native test-native
+.PHONY: all deps deps-browser deps-alertmanager build demo test test-go test-py bench fuzz chaos eval clean native test-native
 
 all: build
 
@@ -32,7 +32,15 @@ deps-browser:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: deps deps-browser test-go test-py
+# Alertmanager for the notification tests (internal/notify starts a real
+# one on a loopback port; Debian's package, whose service is not needed).
+deps-alertmanager:
+	@command -v prometheus-alertmanager >/dev/null 2>&1 || { \
+	  echo "installing prometheus-alertmanager (Debian package) for the notification tests…"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus-alertmanager >/dev/null; }
+
+test: deps deps-browser deps-alertmanager test-go test-py
 
 test-go: test-native
 	$(GO) vet ./...

@@ -78,6 +78,18 @@ var metrics = map[string]string{
 	"laggard_detect_evaluations_total":              "counter",
 	"laggard_detect_evaluation_seconds":             "histogram",
 	"laggard_detect_active_jobs":                    "gauge",
+	// issue 17: incidents
+	"laggard_incidents_open":                  "gauge",
+	"laggard_incident_lost_seconds_total":     "counter",
+	"laggard_incident_transitions_total":      "counter",
+	"laggard_incident_evidence_dropped_total": "counter",
+	"laggard_incident_escalations_total":      "counter",
+	"laggard_incident_records_skipped_total":  "counter",
+	"laggard_incident_index_trimmed_total":    "counter",
+	"laggard_incident_pending_bytes":          "gauge",
+	"laggard_incident_cache_bytes":            "gauge",
+	"laggard_incident_detection_seconds":      "histogram",
+	"laggard_incident_localization_seconds":   "histogram",
 }
 
 var metricRef = regexp.MustCompile(`\blaggard_[a-z0-9_]+`)

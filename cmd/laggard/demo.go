@@ -17,6 +17,7 @@ import (
 	pyclient "github.com/laggard-dev/laggard/clients/python"
 	"github.com/laggard-dev/laggard/internal/analysis"
 	"github.com/laggard-dev/laggard/internal/demo"
+	"github.com/laggard-dev/laggard/internal/incident"
 	"github.com/laggard-dev/laggard/internal/render"
 	"github.com/laggard-dev/laggard/internal/server"
 )
@@ -35,7 +36,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	seed := fs.Int64("seed", 0, "random seed in [1, 2^31) (default 0: time-based)")
 	python := fs.String("python", "", "Python interpreter with PyTorch (default: $LAGGARD_PYTHON, /usr/bin/python3, python3)")
 	keep := fs.Bool("keep", isTerminal(os.Stdout), "keep the server and web UI running after the diagnosis (until Ctrl-C)")
-	asJSON := fs.Bool("json", false, "print the report as JSON instead of text (the job report, schema "+analysis.ReportSchema+", with the Greyhound report under \"greyhound\")")
+	asJSON := fs.Bool("json", false, "print the report as JSON instead of text (the job report, schema "+analysis.ReportSchema+", with the Greyhound report under \"greyhound\", the incidents under \"incidents\" and their grades under \"incident_grades\")")
+	verbose := fs.Bool("v", false, "also print each engine's own report (StageFrontier, Greyhound, KAIR, SysOM-AI) after the incident")
 	level := fs.String("log-level", "warn", "server log level")
 	sysomMode := fs.String("sysom", "auto", "SysOM-AI act (node agent's eBPF profiler on a second job with a CPU hog on the hidden rank, ~90 s): auto (run it when the profiler can run here, else say why), on (fail if it cannot), off")
 	if err := parseFlags(fs, args); err != nil {
@@ -127,21 +129,20 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	res, err := demo.Run(ctx, demo.Options{
 		ServerURL: url, Python: *python, Files: pyclient.FS,
 		World: *world, Steps: *steps, Warmup: *warmup, ValidateSteps: *validateSteps, GreyhoundWait: 60 * time.Second,
-		Fault: *fault, FaultRank: *rank, DelayMS: *delay, Seed: *seed, JobID: job, Stderr: stderr,
+		Fault: *fault, FaultRank: *rank, DelayMS: *delay, Seed: *seed, JobID: job, Stderr: stderr, IncidentWait: demoIncidentWait,
 	})
 	if err != nil {
 		stopServer()
 		<-errc // the store is closed before the data directory is removed
 		return err
 	}
+	// The incident of the job is the diagnosis; each engine's own report
+	// is behind -v, or shown when the server has no incident layer.
+	engines := *verbose || res.IncidentsOff
 	if !*asJSON {
-		fmt.Fprintf(stdout, "\n── diagnosis (%.0f s of training) ──────────────────────────────\n", res.TrainSeconds)
-		if err := render.Text(stdout, res.Report); err != nil {
+		if err := printDiagnosis(stdout, res, url, engines, *fault, *rank, *delay); err != nil {
 			return err
 		}
-		printVerdict(stdout, res, *fault, *rank, *delay)
-		printGreyhound(stdout, res, *rank)
-		printKair(stdout, res, *rank)
 	}
 	// The SysOM-AI act: a second job, profiled by an in-process node agent.
 	sres, serr := demoSysom(ctx, *sysomMode, demo.SysomOptions{
@@ -153,16 +154,31 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		<-errc
 		return serr
 	}
+	if s := res.Sysom; s != nil && s.Skipped == "" && s.Err == "" {
+		res.Faults = append(res.Faults, demo.Injected{Job: s.Job, Fault: demo.FaultCPUHog, Rank: s.Rank, What: fmt.Sprintf("CPU hog on rank %d's core", s.Rank)})
+		if !res.IncidentsOff {
+			res.AddIncidents(ctx, url, s.Job, demoIncidentWait)
+		}
+	}
 	if *asJSON {
 		if err := writeDemoJSON(stdout, res, *rank); err != nil {
 			return err
 		}
 	} else {
-		if res.Sysom != nil {
-			if err := printSysom(stdout, res.Sysom); err != nil {
-				return err
+		if s := res.Sysom; s != nil {
+			if engines || s.Skipped != "" || s.Err != "" {
+				if err := printSysom(stdout, s); err != nil {
+					return err
+				}
+			}
+			if s.Skipped == "" && s.Err == "" && !res.IncidentsOff {
+				fmt.Fprintf(stdout, "\n── incident of the SysOM-AI act (job %s, a CPU hog on rank %d's core) ──\n", s.Job, s.Rank)
+				if err := printIncidents(stdout, res, s.Job, url); err != nil {
+					return err
+				}
 			}
 		}
+		printIncidentGrades(stdout, res)
 		fmt.Fprintf(stdout, "\nweb UI: %s/#/jobs/%s\n", url, job)
 		if s := res.Sysom; s != nil && s.Skipped == "" && s.Err == "" {
 			fmt.Fprintf(stdout, "SysOM-AI flame graphs: %s/#/jobs/%s\n", url, s.Job)
@@ -211,6 +227,77 @@ func printVerdict(w io.Writer, res *demo.Result, fault string, rank int, delay f
 	fmt.Fprintf(w, "  %s\n", demo.GradeStageFrontier(res.Report, rank).Line)
 }
 
+// demoIncidentWait bounds the wait for an act's incidents to settle
+// after its training ended (the server fuses on its own loop).
+const demoIncidentWait = 30 * time.Second
+
+// printDiagnosis is the first act's text: the incident of the job, then
+// (engines: -v, or no incident layer) each engine's own report.
+func printDiagnosis(w io.Writer, res *demo.Result, server string, engines bool, fault string, rank int, delay float64) error {
+	job := ""
+	if len(res.Faults) > 0 {
+		job = res.Faults[0].Job
+	}
+	fmt.Fprintf(w, "\n── incident (%.0f s of training) ──────────────────────────────\n", res.TrainSeconds)
+	if err := printIncidents(w, res, job, server); err != nil {
+		return err
+	}
+	if !engines {
+		return nil
+	}
+	fmt.Fprintf(w, "\n── StageFrontier (from stage vectors) ──────────────────────────\n")
+	if res.Report != nil {
+		if err := render.Text(w, res.Report); err != nil {
+			return err
+		}
+	}
+	printVerdict(w, res, fault, rank, delay)
+	printGreyhound(w, res, rank)
+	printKair(w, res, rank)
+	return nil
+}
+
+// printIncidents prints the incidents of one act's job as diagnoses, or
+// says why there are none.
+func printIncidents(w io.Writer, res *demo.Result, job, server string) error {
+	if res.IncidentsOff {
+		fmt.Fprintf(w, "  %s\n  each engine's own report follows.\n", res.IncidentsErr)
+		return nil
+	}
+	n := 0
+	for i := range res.Incidents {
+		if res.Incidents[i].Job != job {
+			continue
+		}
+		fmt.Fprintln(w)
+		if err := render.Incident(w, &res.Incidents[i], render.IncidentOptions{Now: time.Now(), Server: server}); err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		why := ""
+		if res.IncidentsErr != "" {
+			why = " (" + res.IncidentsErr + ")"
+		}
+		fmt.Fprintf(w, "  no incident opened for job %s%s; -v shows each engine's own report\n", job, why)
+	}
+	return nil
+}
+
+// printIncidentGrades is the grade: each injected fault against the
+// incidents' stated causes, a line each.
+func printIncidentGrades(w io.Writer, res *demo.Result) {
+	fmt.Fprintf(w, "\n── grade: what was injected against the incident's stated cause ──\n")
+	if res.IncidentsOff {
+		fmt.Fprintf(w, "  no grade: the server has no incident layer\n")
+		return
+	}
+	for _, g := range res.IncidentGrades() {
+		fmt.Fprintf(w, "%s\n", render.Para(2, g.Line))
+	}
+}
+
 // demoJSON is `laggard demo --json`: the job report's fields at the top
 // level as before (readers of its schema keep working), with the
 // Greyhound report beside them — null, with greyhound_error saying why,
@@ -225,6 +312,14 @@ type demoJSON struct {
 	// Grades are each engine's self-grade against the injected fault
 	// (wrong and extra ranks counted).
 	Grades []demo.Grade `json:"grades"`
+	// Incidents are the incidents of the demo's jobs as the server states
+	// them (docs/format/incident.md); IncidentGrades each injected fault
+	// against their stated causes — right, withheld, wrong, missed
+	// (eval/incidents reads them); IncidentsError says why there are no
+	// incidents to read (the server's incident layer is off).
+	Incidents      []incident.Incident  `json:"incidents"`
+	IncidentGrades []demo.IncidentGrade `json:"incident_grades"`
+	IncidentsError string               `json:"incidents_error,omitempty"`
 }
 
 // demoGrades grades every engine of the first act (the SysOM-AI act has
@@ -236,7 +331,14 @@ func demoGrades(res *demo.Result, rank int) []demo.Grade {
 func writeDemoJSON(w io.Writer, res *demo.Result, rank int) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	out := demoJSON{Report: res.Report, Greyhound: res.Greyhound, Sysom: res.Sysom, Grades: demoGrades(res, rank)}
+	out := demoJSON{Report: res.Report, Greyhound: res.Greyhound, Sysom: res.Sysom, Grades: demoGrades(res, rank),
+		Incidents: res.Incidents, IncidentGrades: res.IncidentGrades(), IncidentsError: res.IncidentsErr}
+	if out.Incidents == nil {
+		out.Incidents = []incident.Incident{}
+	}
+	if out.IncidentGrades == nil {
+		out.IncidentGrades = []demo.IncidentGrade{}
+	}
 	if res.Greyhound == nil {
 		out.GreyhoundError = res.GreyhoundErr
 	}

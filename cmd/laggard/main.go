@@ -1,6 +1,8 @@
 // Command laggard finds and explains stragglers in distributed ML training.
 //
 //	laggard serve     run the ingest server, API, metrics and web UI
+//	laggard incidents list a server's incidents (one per slowdown, every engine fused)
+//	laggard incident  one incident as a diagnosis: what slowed, cost, where, why, what to do
 //	laggard analyze   analyze an exported stage matrix (JSONL or CSV)
 //	laggard token     make an API token for serve -tokens
 //	laggard agent     node agent: ship NCCL shim records to the server
@@ -44,6 +46,15 @@ func commands() []command {
 		{name: "serve", summary: "run the ingest server, HTTP API, Prometheus metrics and web UI", run: runServe, examples: []string{
 			"laggard serve                               # data in ./laggard-data, UI on http://127.0.0.1:7070",
 			"laggard serve /var/lib/laggard -addr 0.0.0.0:7070 -tokens /etc/laggard/tokens   # non-loopback needs -tokens",
+		}},
+		{name: "incidents", summary: "list the incidents (one per slowdown, every engine's evidence fused): id, job, state, since, cause, lost time, confidence", run: runIncidents, examples: []string{
+			"laggard incidents                           # every job's, newest first",
+			"laggard incidents -state open -since 24h run42",
+			"laggard incidents --json | jq '.incidents[].headline'",
+		}},
+		{name: "incident", summary: "show one incident as a diagnosis: what slowed, since when, what it cost, where, why, what to do next", run: runIncident, examples: []string{
+			"laggard incident inc-7d1c0a                 # -v adds every piece of evidence and a glossary",
+			"laggard incident --json inc-7d1c0a | jq .hypotheses",
 		}},
 		{name: "analyze", summary: "analyze a stage-matrix file (JSONL or CSV, may be gzipped) and print the window report", run: runAnalyze, examples: []string{
 			"laggard analyze run42.jsonl                 # a readable table; --json for automation",

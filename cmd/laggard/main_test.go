@@ -80,12 +80,15 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	data := t.TempDir()
 	code, out, errs := runCLI(t, "demo", "-world", "2", "-warmup", "3", "-steps", "12", "-fault", "data",
-		"-rank", "1", "-seed", "7", "-keep=false", "-addr", "127.0.0.1:0", "-data", data,
+		"-rank", "1", "-seed", "7", "-keep=false", "-addr", "127.0.0.1:0", "-data", data, "-v",
 		"-sysom", "off") // the SysOM-AI act has its own tests (demo_test.go, demo_sysom_live_test.go)
 	if code != 0 {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
-	for _, want := range []string{"routing set", "data.next_wait → top-1", "✔ StageFrontier names rank 1 (injected on 1)", "web UI: http://127.0.0.1:"} {
+	// The incident first (issue 17 item 7), each engine's report with -v,
+	// then the grade of the incident against the injected fault.
+	for _, want := range []string{"── incident (", "routing set", "data.next_wait → top-1", "✔ StageFrontier names rank 1 (injected on 1)",
+		"── grade: what was injected against the incident's stated cause", "web UI: http://127.0.0.1:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/laggard-dev/laggard/internal/auth"
 	"github.com/laggard-dev/laggard/internal/control"
+	"github.com/laggard-dev/laggard/internal/detect"
+	"github.com/laggard-dev/laggard/internal/notify"
 	"github.com/laggard-dev/laggard/internal/server"
 	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/ui"
@@ -32,8 +34,91 @@ type serveOptions struct {
 	maxBody    int64
 	greyhound  greyhoundOptions
 	kair       kairOptions
+	incidents  incidentOptions
 	sec        securityOptions // serve's own flags; demo leaves them zero
 	life       storageOptions  // serve's own flags; demo leaves them zero
+	notify     notifyOptions   // serve's own flags; demo leaves them zero
+}
+
+// notifyOptions are serve's incident notification flags (issue 17 item 4,
+// docs/format/notify.md).
+type notifyOptions struct {
+	alertmanager string
+	webhook      string
+	secretFile   string
+	externalURL  string
+}
+
+func (o *notifyOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.alertmanager, "alertmanager", "", "send every incident state change as an alert to this Alertmanager `URL` (http://am:9093; comma-separated for an HA set, each gets every alert); unresolved incidents are re-sent every minute")
+	fs.StringVar(&o.webhook, "webhook", "", "POST every incident state change as JSON to this `URL` (docs/format/notify.md)")
+	fs.StringVar(&o.secretFile, "webhook-secret-file", "", "sign -webhook deliveries with the secret in this `FILE` (X-Laggard-Signature: sha256=HMAC of timestamp.body; at least 16 bytes, e.g. openssl rand -hex 32)")
+	fs.StringVar(&o.externalURL, "external-url", "", "the `URL` users reach this server at, for the incident links in alerts and webhooks (default: http(s):// and the listen address)")
+}
+
+// config returns the notifier's configuration (the secret read from its
+// file); base is the listen address's URL, the external URL's default.
+func (o *notifyOptions) config(base string) (notify.Config, error) {
+	c := notify.Config{Webhook: o.webhook, ExternalURL: o.externalURL}
+	for _, a := range strings.Split(o.alertmanager, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.Alertmanagers = append(c.Alertmanagers, a)
+		}
+	}
+	if !c.Enabled() {
+		return notify.Config{}, nil
+	}
+	if c.ExternalURL == "" {
+		c.ExternalURL = base
+	}
+	if o.secretFile != "" {
+		var err error
+		if c.WebhookSecret, err = notify.ReadSecretFile(o.secretFile); err != nil {
+			return c, fmt.Errorf("-webhook-secret-file: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// validate checks the flags register defines.
+func (o *notifyOptions) validate() error {
+	var errs []error
+	for _, a := range strings.Split(o.alertmanager, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			if _, err := notify.CheckURL(a); err != nil {
+				errs = append(errs, fmt.Errorf("-alertmanager %w", err))
+			}
+		}
+	}
+	if o.webhook != "" {
+		if _, err := notify.CheckURL(o.webhook); err != nil {
+			errs = append(errs, fmt.Errorf("-webhook %w", err))
+		}
+	}
+	if o.secretFile != "" && o.webhook == "" {
+		errs = append(errs, errors.New("-webhook-secret-file needs -webhook"))
+	}
+	if o.externalURL != "" {
+		if _, err := notify.CheckURL(o.externalURL); err != nil {
+			errs = append(errs, fmt.Errorf("-external-url %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// listenURL is the URL of a listen address: the machine's name for an
+// unspecified host (0.0.0.0, ::), which no one can open.
+func listenURL(scheme string, addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return scheme + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil && name != "" {
+			host = name
+		}
+	}
+	return scheme + net.JoinHostPort(host, port)
 }
 
 // storageOptions are serve's bounds on what is kept: retention, the disk
@@ -168,28 +253,25 @@ func (o *serveOptions) register(fs *flag.FlagSet, defaultData string) {
 	fs.Int64Var(&o.maxBody, "max-body", 64<<20, "largest accepted request body in bytes, 1024..4294967296")
 	fs.DurationVar(&o.greyhound.interval, "greyhound-interval", 2*time.Second, "how often the Greyhound controller evaluates each job with collective calls (0: off; the report and validation routes still serve)")
 	fs.DurationVar(&o.greyhound.margin, "greyhound-margin", 3*time.Second, "how far ahead of the ranks a validation plan's at_step is scheduled")
-	fs.StringVar(&o.kair.trigger, "kair-trigger", "on", "KAIR auto capture: on (a named straggler, a fresh step-time onset or Greyhound leaving tracking asks ranks to record a profiler window) or off (manual captures only)")
-	fs.DurationVar(&o.kair.cooldown, "kair-cooldown", 10*time.Minute, "no KAIR auto capture while the job's newest capture is younger than this, 1s..168h")
+	fs.DurationVar(&o.kair.cooldown, "kair-cooldown", 10*time.Minute, "no second KAIR capture asked for a job by its incidents within this, 1s..168h")
 	fs.IntVar(&o.kair.steps, "kair-steps", 5, "sampled training steps a KAIR capture records unless the request says otherwise, 1..64")
+	fs.BoolVar(&o.incidents.on, "incidents", true, "the incident layer: one incident per slowdown fusing every engine's evidence, and the escalation that asks the engines for what it lacks (a Greyhound validation, a KAIR capture, a SysOM profile window); false: the engines still run, nothing is asked automatically")
+	fs.DurationVar(&o.incidents.detectInterval, "detect-interval", 30*time.Second, "how often the background StageFrontier evaluation runs over every active job (0: off); a job with a suspected onset or an open incident is re-evaluated every 5s (or this, if shorter) while its data advances")
 }
 
-// kairOptions configure KAIR's triggered capture; demo leaves them zero
-// (the defaults: trigger on, 10m, 5 steps).
+// kairOptions configure KAIR's triggered capture; zero values take the
+// defaults (10m, 5 steps).
 type kairOptions struct {
-	trigger  string
 	cooldown time.Duration
 	steps    int
 }
 
 func (o kairOptions) config() control.KairConfig {
-	return control.KairConfig{Off: o.trigger == "off", Cooldown: o.cooldown, Steps: o.steps}
+	return control.KairConfig{Steps: o.steps}
 }
 
 func (o kairOptions) validate() error {
 	var errs []error
-	if o.trigger != "" && o.trigger != "on" && o.trigger != "off" {
-		errs = append(errs, fmt.Errorf("-kair-trigger must be on or off, got %q", o.trigger))
-	}
 	if o.cooldown != 0 {
 		errs = append(errs, checkRange("kair-cooldown", o.cooldown, time.Second, 168*time.Hour))
 	}
@@ -197,6 +279,32 @@ func (o kairOptions) validate() error {
 		errs = append(errs, checkRange("kair-steps", o.steps, 1, 64))
 	}
 	return errors.Join(errs...)
+}
+
+// incidentOptions switch the incident layer and schedule the evaluation
+// that feeds it.
+type incidentOptions struct {
+	on             bool
+	detectInterval time.Duration
+}
+
+// config is the server's incident and detection configuration;
+// kairCooldown is the escalation's capture cool-down.
+func (o incidentOptions) config(kairCooldown time.Duration) (control.IncidentsConfig, detect.Config) {
+	var ic control.IncidentsConfig
+	ic.Escalation.CaptureCooldown = kairCooldown
+	dc := detect.Config{Interval: o.detectInterval}
+	if o.detectInterval == 0 {
+		dc.Interval = -1
+	}
+	return ic, dc
+}
+
+func (o incidentOptions) validate() error {
+	if o.detectInterval != 0 {
+		return checkRange("detect-interval", o.detectInterval, time.Second, time.Hour)
+	}
+	return nil
 }
 
 // greyhoundOptions schedule the Greyhound-Detect controller.
@@ -222,6 +330,7 @@ func (o *serveOptions) validate() error {
 	}
 	return errors.Join(
 		o.kair.validate(),
+		o.incidents.validate(),
 		checkRange("greyhound-margin", o.greyhound.margin, 0, time.Hour),
 		checkRange("queue", o.queueDepth, 1, 1<<20),
 		checkRange("max-body", o.maxBody, 1<<10, 1<<32),
@@ -234,6 +343,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	o.register(fs, "laggard-data")
 	o.sec.register(fs)
 	o.life.register(fs)
+	o.notify.register(fs)
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	if err := parseFlags(fs, args); err != nil {
@@ -253,7 +363,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if o.dataDir == "" {
 		return errors.New("the data directory must not be empty")
 	}
-	if err := errors.Join(o.validate(), o.sec.validate(), o.life.validate()); err != nil {
+	if err := errors.Join(o.validate(), o.sec.validate(), o.life.validate(), o.notify.validate()); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *level, *logJSON)
@@ -301,6 +411,16 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 		ln.Close()
 		return err
 	}
+	incCfg, detCfg := o.incidents.config(o.kair.cooldown)
+	scheme := "http://"
+	if httpOpts.TLS != nil {
+		scheme = "https://"
+	}
+	notifyCfg, err := o.notify.config(listenURL(scheme, ln.Addr()))
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	st, err := store.Open(o.dataDir, store.Options{Logger: log, MinFreeBytes: int64(o.life.minFree), MaxJobs: o.life.maxJobs})
 	if err != nil {
 		ln.Close()
@@ -308,10 +428,11 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 	}
 	srv, err := server.New(server.Config{
 		Addr: ln.Addr().String(), DataDir: absPath(o.dataDir), QueueDepth: o.queueDepth, MaxBodyBytes: o.maxBody,
-		Greyhound: o.greyhound.config(), Kair: o.kair.config(),
+		Greyhound: o.greyhound.config(), Kair: o.kair.config(), Incidents: incCfg, IncidentsOff: !o.incidents.on, Detect: detCfg,
 		QueueBytes: int64(o.life.queueBytes), Logger: log, UI: ui.Handler(), Access: access, HTTP: httpOpts,
 		Lifecycle: server.LifecycleConfig{RetentionAge: o.life.retentionAge, RetentionSize: int64(o.life.retentionSize),
 			Interval: o.life.compactInterval},
+		Notify: notifyCfg,
 	}, st)
 	if err == nil && tokens != nil {
 		if err = tokens.Register(srv.Registry()); err != nil {
@@ -327,10 +448,6 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, log *slog.Logge
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
 		go watchTokens(wctx, tokens)
-	}
-	scheme := "http://"
-	if httpOpts.TLS != nil {
-		scheme = "https://"
 	}
 	ready(scheme + ln.Addr().String())
 	serr := srv.Serve(ctx, ln)

@@ -79,7 +79,19 @@ func (c *sysomClient) do(ctx context.Context, method, path, ctype string, body i
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, 0, err
+		if ctx.Err() != nil {
+			return nil, 0, err
+		}
+		// Every client command: say which server could not be reached
+		// and how to name another, not only the dial error.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			if ue.Timeout() {
+				return nil, 0, fmt.Errorf("the laggard server at %s did not answer %s %s in %v: %w", c.base, method, path, c.hc.Timeout, ue.Err)
+			}
+			err = ue.Err
+		}
+		return nil, 0, fmt.Errorf("cannot reach the laggard server at %s: %w (is laggard serve running there? -server or $LAGGARD_SERVER names another)", c.base, err)
 	}
 	defer resp.Body.Close()
 	limit := c.maxBody

@@ -198,6 +198,8 @@ type SysomWindow struct {
 // §6: GET /sysom).
 type SysomReport struct {
 	*sysom.Report
+	// Job is the job the report is about (its incident evidence names it).
+	Job    string      `json:"job,omitempty"`
 	Window SysomWindow `json:"window"`
 	// Incarnation is the launch of a restarted job the default window
 	// reads (-2: all; docs/design/roles-and-runs.md).
@@ -295,7 +297,7 @@ func (s *Sysom) Report(ctx context.Context, req SysomRequest) (*SysomReport, err
 	if incNote != "" {
 		rep.Notes = append([]string{incNote}, rep.Notes...)
 	}
-	return &SysomReport{Report: rep, Window: w, Incarnation: inc}, nil
+	return &SysomReport{Report: rep, Job: j.ID, Window: w, Incarnation: inc}, nil
 }
 
 // ClockSkewNS is how far past the caller's clock stored data may end and

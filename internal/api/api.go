@@ -90,6 +90,10 @@ type Deps struct {
 	MaxTraceBytes  int64
 	MaxTraceEvents int
 	TraceUploads   int
+	// Incidents, if set, serves the incidents and the fleet view
+	// (incidents.go); nil answers those routes 503 (the incident layer
+	// is off).
+	Incidents Incidents
 }
 
 // API serves the /api/v1 routes.
@@ -126,6 +130,8 @@ func (a *API) Register(mux *http.ServeMux) {
 	a.registerSysom(mux)
 	a.registerStacks(mux) // stack, OS-stat and profile ingest, symbol upload (stacks.go)
 	a.registerKair(mux)   // KAIR captures, trace uploads and report (kair.go)
+	// Incidents and the fleet view (incidents.go).
+	a.registerIncidents(mux)
 	// Unknown API paths get a JSON 404 rather than falling through to the UI.
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusNotFound, errors.New("no API route "+r.Method+" "+r.URL.Path))

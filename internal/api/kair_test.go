@@ -114,7 +114,7 @@ func kairServer(t testing.TB, d Deps) *kairAPI {
 	if err := st.PutJob(&signal.Job{ID: "kj", Name: "kj", WorldSize: 4, Schema: stagevec.DefaultSchema(), Accumulation: 1}); err != nil {
 		t.Fatal(err)
 	}
-	k, err := control.NewKair(control.KairConfig{Off: true, Interval: -1}, catalog.New(st), control.NewKairLifecycle(st, control.KairLifecycleConfig{}), prometheus.NewRegistry(), quiet)
+	k, err := control.NewKair(control.KairConfig{Interval: -1}, catalog.New(st), control.NewKairLifecycle(st, control.KairLifecycleConfig{}), prometheus.NewRegistry(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

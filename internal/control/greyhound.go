@@ -103,9 +103,9 @@ type Greyhound struct {
 	evalSeq uint64
 	forgot  map[string]uint64
 	reports map[string]cachedReport
-	// onLeaveTracking, if set (Kair.Attach, before Run), is told when a
-	// job's controller leaves tracking.
-	onLeaveTracking func(job, why string, rep *analysis.GreyhoundReport)
+	// onReport, if set (OnReport, before Run), hears every round's
+	// report of a job: the incident manager's Greyhound evidence.
+	onReport func(job string, rep *analysis.GreyhoundReport)
 }
 
 // cachedReport is the report a round computed for a job.
@@ -320,23 +320,24 @@ func (c *Greyhound) step(ctx context.Context, job string, now time.Time, seq uin
 			return fmt.Errorf("saving greyhound state: %w", err)
 		}
 	}
-	c.publish(job, seq, res.Next.Controller, res.Report)
-	if fn := c.onLeaveTracking; fn != nil {
-		for _, t := range res.Transitions {
-			if t.From == analysis.PhaseTracking && t.To != analysis.PhaseTracking {
-				fn(job, t.Reason, res.Report) // KAIR's auto capture (kair.go)
-				break
-			}
-		}
+	if c.publish(job, seq, res.Next.Controller, res.Report) && c.onReport != nil {
+		c.onReport(job, res.Report) // incident evidence (Incidents.ObserveGreyhound)
 	}
 	return nil
 }
 
-func (c *Greyhound) publish(job string, seq uint64, s analysis.ControllerState, rep *analysis.GreyhoundReport) {
+// OnReport sets fn to hear every round's report of a job, after it is
+// published (not for a job forgotten meanwhile); set it before Run. fn
+// must not block (Incidents.ObserveGreyhound queues).
+func (c *Greyhound) OnReport(fn func(job string, rep *analysis.GreyhoundReport)) { c.onReport = fn }
+
+// publish exports the round's state and caches its report; false when
+// the job was forgotten while the round ran.
+func (c *Greyhound) publish(job string, seq uint64, s analysis.ControllerState, rep *analysis.GreyhoundReport) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f, ok := c.forgot[job]; ok && f >= seq {
-		return // deleted while this evaluation ran
+		return false // deleted while this evaluation ran
 	}
 	c.reports[job] = cachedReport{rep: rep, at: c.now()}
 	j := c.seen[job]
@@ -355,6 +356,7 @@ func (c *Greyhound) publish(job string, seq uint64, s analysis.ControllerState, 
 	if rep.Iteration.MedianMS > 0 {
 		c.m.iterMS.WithLabelValues(job).Set(rep.Iteration.MedianMS)
 	}
+	return true
 }
 
 // Forget drops a deleted job's series, cached report and pending

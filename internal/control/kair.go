@@ -3,10 +3,8 @@ package control
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -19,14 +17,12 @@ import (
 
 // KairConfig configures KAIR's triggered capture (§III-A Feature 2: the
 // server watches cheap signals and asks suspect ranks plus random peers
-// to record a bounded profiler window). Zero fields take the defaults.
+// to record a bounded profiler window). The trigger is the incident
+// escalation policy (escalate.go: one capture per incident, under its
+// cool-down and the job's budget), which replaced KAIR's own auto
+// trigger. Zero fields take the defaults.
 type KairConfig struct {
-	// Off disables the auto trigger; manual captures still work.
-	Off bool
-	// Cooldown: no auto capture while the job's newest capture (of any
-	// trigger) is younger than this (10m).
-	Cooldown time.Duration
-	// Steps is the sampled steps an auto capture records (0: the
+	// Steps is the sampled steps a triggered capture records (0: the
 	// adapter's default, 5).
 	Steps int
 	// Interval between sweeps that close captures past their deadline
@@ -35,18 +31,15 @@ type KairConfig struct {
 }
 
 func (c *KairConfig) setDefaults() {
-	if c.Cooldown <= 0 {
-		c.Cooldown = 10 * time.Minute
-	}
 	if c.Interval == 0 {
 		c.Interval = 30 * time.Second
 	}
 }
 
 // Kair runs KAIR captures: it gives the life cycle (KairLifecycle) the
-// server clock and hints (suspects, step time), fires the auto trigger
-// after StageFrontier evaluations and Greyhound transitions, expires
-// captures, and counts them. It implements the API's Kair dependency.
+// server clock and hints (suspects, step time), creates the captures the
+// incidents ask for (CreateIncidentCapture), expires captures, and
+// counts them. It implements the API's Kair dependency.
 type Kair struct {
 	cfg  KairConfig
 	k    *KairLifecycle
@@ -56,10 +49,9 @@ type Kair struct {
 
 	captures *prometheus.CounterVec
 
-	mu   sync.Mutex
-	det  StageFrontierSignals
-	gh   *Greyhound
-	seen map[string]onsetSeen // job → the newest onset seen (fresh-onset test)
+	mu  sync.Mutex
+	det StageFrontierSignals
+	gh  *Greyhound
 }
 
 // NewKair returns the controller over k; its metrics are registered on
@@ -69,14 +61,14 @@ func NewKair(cfg KairConfig, jobs Jobs, k *KairLifecycle, reg prometheus.Registe
 	if log == nil {
 		log = slog.Default()
 	}
-	kc := &Kair{cfg: cfg, k: k, jobs: jobs, log: log.With("component", "kair"), now: time.Now, seen: map[string]onsetSeen{},
+	kc := &Kair{cfg: cfg, k: k, jobs: jobs, log: log.With("component", "kair"), now: time.Now,
 		captures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "laggard", Subsystem: "kair", Name: "captures_total",
-			Help: "KAIR captures entering a state (pending when created; then recording, complete, partial, expired or cancelled), by trigger (manual, auto)."},
+			Help: "KAIR captures entering a state (pending when created; then recording, complete, partial, expired or cancelled), by trigger (manual; incident: the incident escalation; auto: KAIR's former auto trigger)."},
 			[]string{"trigger", "state"})}
 	if err := reg.Register(kc.captures); err != nil {
 		return nil, err
 	}
-	for _, t := range []string{TriggerManual, TriggerAuto} {
+	for _, t := range []string{TriggerManual, TriggerIncident} {
 		for _, s := range []store.CaptureState{store.CapturePending, store.CaptureRecording, store.CaptureComplete, store.CapturePartial, store.CaptureExpired, store.CaptureCancelled} {
 			kc.captures.WithLabelValues(t, string(s))
 		}
@@ -88,17 +80,13 @@ func NewKair(cfg KairConfig, jobs Jobs, k *KairLifecycle, reg prometheus.Registe
 // SetClock replaces the server clock (tests).
 func (k *Kair) SetClock(now func() time.Time) { k.now = now }
 
-// Attach gives the controller the detectors whose signals fire the auto
-// trigger and name suspects: the StageFrontier evaluation (wrap its
-// Reporter with Observe) and the Greyhound controller (either may be
-// nil).
+// Attach gives the controller the detectors that name suspects and the
+// step time for a capture's hints: the StageFrontier evaluation and the
+// Greyhound controller (either may be nil).
 func (k *Kair) Attach(det StageFrontierSignals, gh *Greyhound) {
 	k.mu.Lock()
 	k.det, k.gh = det, gh
 	k.mu.Unlock()
-	if gh != nil {
-		gh.onLeaveTracking = k.greyhoundLeft
-	}
 }
 
 // StageFrontierSignals is what the KAIR driver reads of the background
@@ -108,16 +96,14 @@ type StageFrontierSignals interface {
 	// look: its median exposed step time in ns (0 when unknown) and the
 	// rank it names or its tie set.
 	Suspects(job string) (stepNS int64, ranks []int)
-	// Advancing reports whether job's steps advanced recently.
+	// Advancing reports whether job's steps advanced recently (only
+	// then can a capture be asked for: no rank of a finished job polls).
 	Advancing(job string) bool
 }
 
 // Forget drops a deleted job's cached state.
 func (k *Kair) Forget(job string) {
 	k.k.Forget(job)
-	k.mu.Lock()
-	delete(k.seen, job)
-	k.mu.Unlock()
 }
 
 // Run sweeps every Interval, closing captures whose deadline passed, until
@@ -244,186 +230,9 @@ func (k *Kair) Timeline(ctx context.Context, job, id string, step int64) (*analy
 	return k.k.Timeline(ctx, job, id, step, k.now().UnixNano())
 }
 
-// The auto trigger.
-
 // Reporter runs job reports (detect.Reporter; *analysis.Analyzer
-// implements it).
+// implements it). The incident manager watches the background
+// evaluation's (Incidents.WatchReports).
 type Reporter interface {
 	Run(ctx context.Context, req analysis.Request) (*analysis.Report, error)
-}
-
-// Observe wraps the StageFrontier evaluation's Reporter: every report it
-// computes is also checked for a trigger signal. Give the wrapper to New
-// (the detector) only: API reports are not signals.
-func (k *Kair) Observe(r Reporter) Reporter { return observer{r: r, k: k} }
-
-type observer struct {
-	r Reporter
-	k *Kair
-}
-
-func (o observer) Run(ctx context.Context, req analysis.Request) (*analysis.Report, error) {
-	rep, err := o.r.Run(ctx, req)
-	if err == nil && rep != nil {
-		o.k.ObserveReport(req.Job, rep)
-	}
-	return rep, err
-}
-
-// finding is one trigger signal: key names it (store.Capture.Signal;
-// one auto capture per key), reason says it to the operator.
-type finding struct{ key, reason string }
-
-// onsetSeen is the newest onset step seen in one launch of a job: a
-// restarted launch counts its steps from its own start, so its onsets are
-// compared with its own, never with the previous launch's.
-type onsetSeen struct {
-	inc  int
-	step int64
-}
-
-// ObserveReport checks a StageFrontier report of job for a trigger
-// signal: a named straggler (keyed by the named ranks), or a fresh onset
-// change point (newer than the newest one seen before; the first report
-// of a job after start only records it, so a restart does not capture
-// every job's old onset). A job whose steps are not advancing (finished,
-// or not seen advancing since the server started) fires nothing: no rank
-// would poll its capture.
-func (k *Kair) ObserveReport(job string, rep *analysis.Report) {
-	// The launch the report reads: a finding is once per launch (a
-	// restarted job that slows at the same step again is captured again).
-	inc := 0
-	if rep.Incarnations != nil && rep.Incarnations.Analysed > 0 {
-		inc = rep.Incarnations.Analysed
-	}
-	var fs []finding
-	var suspects []int
-	for _, g := range rep.Groups {
-		h := g.Report.Headline
-		if h.Rank >= 0 && h.Withheld == "" {
-			if len(fs) == 0 {
-				fs = append(fs, finding{reason: fmt.Sprintf("StageFrontier names rank %d the straggler at stage %s (confidence %.2f)", h.Rank, h.Stage, h.Confidence)})
-			}
-			if !slices.Contains(suspects, h.Rank) {
-				suspects = append(suspects, h.Rank)
-			}
-		}
-	}
-	if len(fs) > 0 {
-		// KAIR §III-A Feature 2: a persistent straggler is one finding;
-		// it is captured once, not every cooldown.
-		ranks := slices.Sorted(slices.Values(suspects))
-		key := "straggler:"
-		for i, r := range ranks {
-			if i > 0 {
-				key += ","
-			}
-			key += strconv.Itoa(r)
-		}
-		fs[0].key = key
-	}
-	if t := rep.Timeline; t != nil {
-		var onset *analysis.ChangePoint
-		for i := range t.ChangePoints {
-			if c := &t.ChangePoints[i]; c.Kind == analysis.Onset && (onset == nil || c.Step > onset.Step) {
-				onset = c
-			}
-		}
-		if onset != nil {
-			k.mu.Lock()
-			prev, seen := k.seen[job]
-			if seen && prev.inc != inc {
-				// A new launch: any onset in it is fresh.
-				prev = onsetSeen{inc, -1}
-			}
-			if !seen || onset.Step > prev.step {
-				k.seen[job] = onsetSeen{inc, onset.Step}
-			}
-			k.mu.Unlock()
-			if seen && onset.Step > prev.step {
-				fs = append(fs, finding{key: fmt.Sprintf("onset:%d", onset.Step),
-					reason: fmt.Sprintf("step-time onset at step %d: %.1f → %.1f ms (%+.0f%%)", onset.Step, onset.BeforeMS, onset.AfterMS, onset.Rel*100)})
-			}
-		}
-	}
-	if len(fs) == 0 {
-		return
-	}
-	if inc > 0 {
-		for i := range fs {
-			fs[i].key = fmt.Sprintf("inc%d:%s", inc, fs[i].key)
-		}
-	}
-	if !k.active(job) {
-		k.log.Debug("auto capture: job not advancing", "job", job, "signal", fs[0].key)
-		return
-	}
-	k.trigger(job, suspects, fs...)
-}
-
-// active reports whether job's steps advanced recently, by the
-// StageFrontier detector's account (without one attached: assumed). The
-// detector marks a job advancing only once it saw its newest step move
-// since start, so after a restart finished jobs stay quiet.
-func (k *Kair) active(job string) bool {
-	k.mu.Lock()
-	det := k.det
-	k.mu.Unlock()
-	return det == nil || det.Advancing(job)
-}
-
-// greyhoundLeft is the Greyhound controller leaving tracking (it saw an
-// iteration-time change point and is profiling). The transition's time
-// keys the finding: each departure from tracking is captured once.
-func (k *Kair) greyhoundLeft(job, why string, rep *analysis.GreyhoundReport) {
-	var suspects []int
-	key := "greyhound:" + why
-	if rep != nil {
-		suspects = greyhoundSuspects(rep)
-		if rep.Controller.SinceNS > 0 {
-			key = "greyhound:" + strconv.FormatInt(rep.Controller.SinceNS, 10)
-		}
-	}
-	k.trigger(job, suspects, finding{key: key, reason: "Greyhound left tracking: " + why})
-}
-
-// trigger creates an auto capture of job for the first of fs not yet
-// captured (a kept capture carries its key), unless the trigger is off, a
-// capture is open, or the newest is younger than the cooldown.
-func (k *Kair) trigger(job string, suspects []int, fs ...finding) {
-	if k.cfg.Off {
-		return
-	}
-	now := k.now()
-	cs, err := k.k.Captures(job, now.UnixNano())
-	if err != nil {
-		k.log.Debug("auto capture: listing captures", "job", job, "err", err)
-		return
-	}
-	if len(cs) > 0 {
-		if analysis.CaptureOpen(cs[0]) || now.UnixNano()-cs[0].CreatedNS < int64(k.cfg.Cooldown) {
-			return
-		}
-	}
-	var f *finding
-	for i := range fs {
-		if !slices.ContainsFunc(cs, func(c *store.Capture) bool { return c.Trigger == TriggerAuto && c.Signal == fs[i].key }) {
-			f = &fs[i]
-			break
-		}
-	}
-	if f == nil {
-		return // captured already: once per finding
-	}
-	h := k.hints(job, TriggerAuto, suspects)
-	h.Signal = f.key
-	c, err := k.k.Create(job, analysis.CaptureRequest{Steps: k.cfg.Steps, Reason: f.reason}, h, now.UnixNano())
-	switch {
-	case errors.Is(err, ErrCaptureOpen):
-		return
-	case err != nil:
-		k.log.Warn("auto capture failed", "job", job, "reason", f.reason, "err", err)
-		return
-	}
-	k.log.Info("auto capture", "job", job, "capture", c.ID, "reason", f.reason, "signal", f.key, "ranks", c.Ranks, "start_step", c.StartStep)
 }

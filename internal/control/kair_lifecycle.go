@@ -167,6 +167,10 @@ type KairLifecycle struct {
 	// capture poll (KAIR §III-A Feature 2: a plan starts at a step every
 	// rank will reach, chosen from these); one entry per polling rank.
 	progress map[string]map[int]*rankProgress
+	// lastPoll is, per job, when a rank last polled (whether or not it
+	// named its step): a capture asked now will be picked up
+	// (Kair.Polling, the incidents' capture capability).
+	lastPoll map[string]int64
 	// progressInc is, per job, the incarnation the polls in progress come
 	// from (the newest a poll named): a restart starts the steps over.
 	progressInc map[string]int
@@ -219,7 +223,7 @@ func NewKairLifecycle(src KairSource, cfg KairLifecycleConfig) *KairLifecycle {
 	cfg.setDefaults()
 	return &KairLifecycle{src: src, cfg: cfg, log: slog.Default(), intn: mrand.IntN, open: map[string]*store.Capture{},
 		running: map[string]*kairFlight{}, gen: map[string]uint64{}, progress: map[string]map[int]*rankProgress{},
-		progressInc: map[string]int{}, provisional: map[string]int64{}}
+		progressInc: map[string]int{}, provisional: map[string]int64{}, lastPoll: map[string]int64{}}
 }
 
 // SetLogger sets where panics in the engine are logged.
@@ -236,6 +240,7 @@ func (k *KairLifecycle) Forget(job string) {
 	delete(k.gen, job)
 	delete(k.progress, job)
 	delete(k.progressInc, job)
+	delete(k.lastPoll, job)
 	for key := range k.provisional {
 		if strings.HasPrefix(key, job+"\x00") {
 			delete(k.provisional, key)
@@ -679,6 +684,7 @@ func (k *KairLifecycle) Pending(job string, rank int, step int64, inc int, nowNS
 		}
 	}
 	k.noteStepLocked(job, rank, step, nowNS)
+	k.lastPoll[job] = nowNS
 	c, err := k.openLocked(job, nowNS)
 	if err != nil || c == nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/laggard-dev/laggard/internal/analysis"
+	"github.com/laggard-dev/laggard/internal/incident"
 	"github.com/laggard-dev/laggard/internal/signal/stagevec"
 )
 
@@ -52,6 +54,9 @@ type Options struct {
 	Seed          int64
 	JobID         string
 	Stderr        io.Writer // trainer progress
+	// IncidentWait bounds the wait for the job's incidents to settle
+	// after training (0: read them once).
+	IncidentWait time.Duration
 }
 
 // Result is the demo's outcome.
@@ -76,6 +81,43 @@ type Result struct {
 	// Sysom is the SysOM-AI act (RunSysom; the caller sets it), nil when
 	// it was not asked for.
 	Sysom *SysomResult
+	// Faults are what the demo injected (the caller adds the SysOM-AI
+	// act's hog once it ran); Incidents every incident of their jobs as
+	// the server states them once settled; IncidentsErr says why there
+	// are none to read, IncidentsOff when the server has no incident
+	// layer (ErrIncidentsOff).
+	Faults       []Injected
+	Incidents    []incident.Incident
+	IncidentsErr string
+	IncidentsOff bool
+}
+
+// AddIncidents reads the incidents of an act's job into the result
+// (AwaitIncidents), noting why when it cannot.
+func (r *Result) AddIncidents(ctx context.Context, base, job string, wait time.Duration) {
+	incs, err := AwaitIncidents(ctx, base, job, wait, time.Second)
+	r.Incidents = append(r.Incidents, incs...)
+	if err != nil {
+		r.IncidentsErr = err.Error()
+		r.IncidentsOff = errors.Is(err, ErrIncidentsOff)
+	}
+}
+
+// IncidentGrades grades every injected fault against the incidents read
+// (nil when the server has no incident layer: nothing to grade).
+func (r *Result) IncidentGrades() []IncidentGrade {
+	if r.IncidentsOff {
+		return nil
+	}
+	return GradeIncidents(r.Faults, r.Incidents)
+}
+
+// FaultWhat is an injected fault in words.
+func FaultWhat(fault string, rank int, delayMS float64) string {
+	if rank < 0 || delayMS <= 0 {
+		return "nothing (a control)"
+	}
+	return fmt.Sprintf("%.0f ms %s fault on rank %d", delayMS, fault, rank)
 }
 
 // Run trains the DDP job against the server and fetches the diagnosis for
@@ -176,6 +218,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Kair, res.KairErr = awaitKair(ctx, o)
 
 	res.RankWithheld = rep.Headline.Rank < 0
+	f := Injected{Job: o.JobID, Fault: o.Fault, Rank: o.FaultRank, DelayMS: o.DelayMS, What: FaultWhat(o.Fault, o.FaultRank, o.DelayMS)}
+	if o.DelayMS <= 0 {
+		f.Rank = -1 // nothing was injected: a control
+	}
+	res.Faults = []Injected{f}
+	res.AddIncidents(ctx, o.ServerURL, o.JobID, o.IncidentWait)
 	return res, nil
 }
 
@@ -253,8 +301,17 @@ func FetchGreyhound(ctx context.Context, base, job string) (*analysis.GreyhoundR
 	return getJSON[analysis.GreyhoundReport](ctx, fmt.Sprintf("%s/api/v1/jobs/%s/greyhound", base, job), "the greyhound report")
 }
 
-// getJSON GETs url and decodes its 200 answer; another status is an error
-// quoting the server's last line.
+// StatusError is a server's answer other than 200: its status, and the
+// server's last line in the message.
+type StatusError struct {
+	Code int
+	msg  string
+}
+
+func (e *StatusError) Error() string { return e.msg }
+
+// getJSON GETs url and decodes its 200 answer; another status is a
+// *StatusError quoting the server's last line.
 func getJSON[T any](ctx context.Context, url, what string) (*T, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -267,7 +324,7 @@ func getJSON[T any](ctx context.Context, url, what string) (*T, error) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, lastLine(string(body)))
+		return nil, &StatusError{Code: resp.StatusCode, msg: fmt.Sprintf("GET %s: %s: %s", url, resp.Status, lastLine(string(body)))}
 	}
 	var v T
 	if err := json.Unmarshal(body, &v); err != nil {

@@ -37,6 +37,15 @@ type Config struct {
 	MaxJobsPerRound int
 	// Timeout bounds one job's evaluation (30s).
 	Timeout time.Duration
+	// FastInterval is how often a hot job (Hot: an onset is suspected or
+	// an incident is unresolved) is evaluated again when new data arrived
+	// (5s, at most Interval), so an incident localizes in seconds rather
+	// than at the next round. MaxHot bounds the hot jobs (16) and HotFor
+	// how long a mark lasts (2m): the extra CPU is bounded by MaxHot
+	// evaluations per FastInterval.
+	FastInterval time.Duration
+	MaxHot       int
+	HotFor       time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -51,6 +60,18 @@ func (c *Config) setDefaults() {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Second
+	}
+	if c.FastInterval <= 0 {
+		c.FastInterval = 5 * time.Second
+	}
+	if c.Interval > 0 {
+		c.FastInterval = min(c.FastInterval, c.Interval)
+	}
+	if c.MaxHot <= 0 {
+		c.MaxHot = 16
+	}
+	if c.HotFor <= 0 {
+		c.HotFor = 2 * time.Minute
 	}
 }
 
@@ -89,6 +110,7 @@ type Summary struct {
 type jobState struct {
 	lastStep    int64
 	vectors     int64
+	firstSeen   time.Time
 	advancedAt  time.Time // zero: not seen advancing since start
 	evaluatedAt time.Time
 	exported    bool // its series are in the registry
@@ -107,6 +129,8 @@ type Detector struct {
 	mu     sync.Mutex
 	state  map[string]*jobState
 	latest map[string]*Summary
+	hot    map[string]time.Time // job → hot until
+	kick   chan struct{}        // a job became hot
 }
 
 // New returns a Detector; its metrics are registered on reg.
@@ -120,7 +144,36 @@ func New(cfg Config, jobs Jobs, st Stats, rep Reporter, reg prometheus.Registere
 		return nil, err
 	}
 	return &Detector{cfg: cfg, jobs: jobs, stats: st, rep: rep, log: log.With("component", "detect"), m: m, now: time.Now,
-		state: map[string]*jobState{}, latest: map[string]*Summary{}}, nil
+		state: map[string]*jobState{}, latest: map[string]*Summary{}, hot: map[string]time.Time{}, kick: make(chan struct{}, 1)}, nil
+}
+
+// Hot asks for prompt evaluations of job for HotFor: every FastInterval
+// while its data advances, instead of every Interval. It never blocks;
+// beyond MaxHot jobs the mark is ignored (the job keeps the round's
+// cadence).
+func (d *Detector) Hot(job string) {
+	d.mu.Lock()
+	_, was := d.hot[job]
+	if !was && len(d.hot) >= d.cfg.MaxHot {
+		now := d.now()
+		for j, until := range d.hot {
+			if now.After(until) {
+				delete(d.hot, j)
+			}
+		}
+		if len(d.hot) >= d.cfg.MaxHot {
+			d.mu.Unlock()
+			return
+		}
+	}
+	d.hot[job] = d.now().Add(d.cfg.HotFor)
+	d.mu.Unlock()
+	if !was {
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Latest returns the job's latest summary (api.Diagnoses).
@@ -166,6 +219,29 @@ func (d *Detector) Advancing(job string) bool {
 	return s != nil && !s.advancedAt.IsZero() && d.now().Sub(s.advancedAt) <= d.cfg.ActiveFor
 }
 
+// Stopped reports whether job stopped reporting: its newest step has not
+// advanced for ActiveFor (since it was last seen advancing, or since the
+// server first saw it). at is when it last advanced (else when it was
+// first seen: it stopped at or before then), step its newest training
+// step. An incident still open then is resolved as "job stopped".
+func (d *Detector) Stopped(job string) (at time.Time, step int64, stopped bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.state[job]
+	if s == nil {
+		return time.Time{}, 0, false
+	}
+	at = s.advancedAt
+	if at.IsZero() {
+		at = s.firstSeen
+	}
+	if d.now().Sub(at) <= d.cfg.ActiveFor {
+		return time.Time{}, 0, false
+	}
+	_, step = stagevec.SplitOrdinal(max(s.lastStep, 0))
+	return at, step, true
+}
+
 // Forget drops a deleted job's state, diagnosis and series now, rather
 // than at the next round (which would also drop them, the job being gone).
 func (d *Detector) Forget(job string) {
@@ -176,23 +252,89 @@ func (d *Detector) Forget(job string) {
 	}
 	delete(d.state, job)
 	delete(d.latest, job)
+	delete(d.hot, job)
 }
 
-// Run evaluates a round at once and then every Interval until ctx is done.
+// Run evaluates a round at once and then every Interval, and hot jobs
+// every FastInterval, until ctx is done.
 func (d *Detector) Run(ctx context.Context) {
 	if d.cfg.Interval < 0 {
 		return
 	}
 	t := time.NewTicker(d.cfg.Interval)
 	defer t.Stop()
+	fast := time.NewTicker(d.cfg.FastInterval)
+	defer fast.Stop()
+	d.EvaluateOnce(ctx)
 	for {
-		d.EvaluateOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			d.EvaluateOnce(ctx)
+		case <-fast.C:
+			d.EvaluateHot(ctx)
+		case <-d.kick:
+			d.EvaluateHot(ctx)
 		}
 	}
+}
+
+// EvaluateHot evaluates the hot jobs whose data changed since their last
+// evaluation and that were not evaluated within FastInterval.
+func (d *Detector) EvaluateHot(ctx context.Context) {
+	now := d.now()
+	var todo []string
+	d.mu.Lock()
+	for job, until := range d.hot {
+		if now.After(until) {
+			delete(d.hot, job)
+			continue
+		}
+		// A job the rounds have not seen yet (it began after the last
+		// one) is evaluated now too: its first incident must not wait a
+		// whole Interval.
+		if s := d.state[job]; s != nil && now.Sub(s.evaluatedAt) < d.cfg.FastInterval {
+			continue
+		}
+		todo = append(todo, job)
+	}
+	d.mu.Unlock()
+	slices.Sort(todo)
+	for _, job := range todo {
+		if ctx.Err() != nil {
+			return
+		}
+		st, err := d.stats.Stats(job)
+		if err != nil {
+			continue
+		}
+		d.mu.Lock()
+		s := d.state[job]
+		if s == nil {
+			// First sighting: like a round's, it records the job without
+			// calling it advancing, and evaluates it.
+			s = &jobState{lastStep: st.LastStep, vectors: st.Vectors, firstSeen: now}
+			d.state[job] = s
+		}
+		changed := s.evaluatedAt.IsZero() || d.noteStats(s, st, now)
+		d.mu.Unlock()
+		if changed && st.Vectors > 0 {
+			d.m.evaluations.WithLabelValues("prompt").Inc()
+			d.evaluate(ctx, job)
+		}
+	}
+}
+
+// noteStats records a job's stored-step summary and reports whether it
+// changed; d.mu is held.
+func (d *Detector) noteStats(s *jobState, st analysis.JobStats, now time.Time) bool {
+	changed := st.LastStep != s.lastStep || st.Vectors != s.vectors
+	if st.LastStep > s.lastStep {
+		s.advancedAt = now
+	}
+	s.lastStep, s.vectors = st.LastStep, st.Vectors
+	return changed
 }
 
 // EvaluateOnce runs one round: it notes which jobs advanced, evaluates up
@@ -222,18 +364,14 @@ func (d *Detector) EvaluateOnce(ctx context.Context) {
 		}
 		s := d.state[j.ID]
 		if s == nil {
-			s = &jobState{lastStep: st.LastStep, vectors: st.Vectors}
+			s = &jobState{lastStep: st.LastStep, vectors: st.Vectors, firstSeen: now}
 			d.state[j.ID] = s
 			if st.Vectors > 0 {
 				todo = append(todo, due{j.ID, s.evaluatedAt})
 			}
 			continue
 		}
-		changed := st.LastStep != s.lastStep || st.Vectors != s.vectors
-		if st.LastStep > s.lastStep {
-			s.advancedAt = now
-		}
-		s.lastStep, s.vectors = st.LastStep, st.Vectors
+		changed := d.noteStats(s, st, now)
 		isActive := !s.advancedAt.IsZero() && now.Sub(s.advancedAt) <= d.cfg.ActiveFor
 		if isActive {
 			active++
@@ -255,6 +393,7 @@ func (d *Detector) EvaluateOnce(ctx context.Context) {
 			}
 			delete(d.state, id)
 			delete(d.latest, id)
+			delete(d.hot, id)
 		}
 	}
 	d.mu.Unlock()
@@ -356,7 +495,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		lastStep:    g("last_step", "Newest stored step.", "job"),
 		evaluatedAt: g("last_evaluation_timestamp_seconds", "When the job was last evaluated (Unix seconds).", "job"),
 		evaluations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "detect", Name: "evaluations_total",
-			Help: "Background job evaluations by result (ok, error, skipped for lack of round budget)."}, []string{"result"}),
+			Help: "Background job evaluations by result (ok, error, skipped for lack of round budget) and prompt evaluations of hot jobs (prompt: an onset suspected or an incident unresolved)."}, []string{"result"}),
 		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "detect", Name: "evaluation_seconds",
 			Help: "Latency of one background job evaluation.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		active: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "detect", Name: "active_jobs",
@@ -368,7 +507,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
-	for _, r := range []string{"ok", "error", "skipped"} {
+	for _, r := range []string{"ok", "error", "skipped", "prompt"} {
 		m.evaluations.WithLabelValues(r)
 	}
 	return m, nil

@@ -213,3 +213,131 @@ func TestLastStepMetricIsTheTrainingStep(t *testing.T) {
 		t.Errorf("summary last step %d of incarnation %d, want 119 of 1", s.(*Summary).LastStep, s.(*Summary).Incarnation)
 	}
 }
+
+// A hot job is evaluated again every FastInterval while its data
+// advances, not at the next round; unchanged data, a mark that expired
+// or one beyond MaxHot evaluate nothing.
+func TestHotJobsEvaluatedPromptly(t *testing.T) {
+	g := newGrowing("train", sim.DDP{Ranks: 4, Steps: 200, Seed: 1})
+	now := time.Unix(1_800_000_000, 0)
+	reg := prometheus.NewRegistry()
+	d, err := New(Config{Interval: time.Hour, FastInterval: 5 * time.Second, MaxHot: 1, HotFor: time.Minute}, g, g, g, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.now = func() time.Time { return now }
+	ctx := context.Background()
+	evaluated := func() time.Time {
+		s, ok := d.Latest("train")
+		if !ok {
+			return time.Time{}
+		}
+		return s.(*Summary).EvaluatedAt
+	}
+	g.advance(40)
+	d.EvaluateOnce(ctx)
+	first := evaluated()
+
+	now = now.Add(10 * time.Second)
+	g.advance(60)
+	d.EvaluateHot(ctx) // not hot: the hour-long round decides
+	if !evaluated().Equal(first) {
+		t.Fatal("a job that is not hot was evaluated by EvaluateHot")
+	}
+	d.Hot("train")
+	d.Hot("other") // beyond MaxHot: ignored
+	d.EvaluateHot(ctx)
+	if !evaluated().Equal(now) {
+		t.Fatalf("hot job with new data evaluated at %v, want %v", evaluated(), now)
+	}
+	if got := testutil.ToFloat64(d.m.evaluations.WithLabelValues("prompt")); got != 1 {
+		t.Fatalf("prompt evaluations = %v, want 1", got)
+	}
+	now = now.Add(2 * time.Second)
+	g.advance(70)
+	d.EvaluateHot(ctx) // within FastInterval
+	now = now.Add(5 * time.Second)
+	d.EvaluateHot(ctx) // due, new data since
+	if !evaluated().Equal(now) {
+		t.Fatalf("second prompt evaluation at %v, want %v", evaluated(), now)
+	}
+	now = now.Add(10 * time.Second)
+	d.EvaluateHot(ctx) // due, nothing new
+	if got := testutil.ToFloat64(d.m.evaluations.WithLabelValues("prompt")); got != 2 {
+		t.Fatalf("prompt evaluations = %v, want 2 (unchanged data is not evaluated)", got)
+	}
+	d.mu.Lock()
+	_, otherHot := d.hot["other"]
+	d.mu.Unlock()
+	if otherHot {
+		t.Fatal("a mark beyond MaxHot was kept")
+	}
+	now = now.Add(2 * time.Minute)
+	g.advance(90)
+	d.EvaluateHot(ctx) // the mark expired
+	if got := testutil.ToFloat64(d.m.evaluations.WithLabelValues("prompt")); got != 2 {
+		t.Fatalf("an expired mark still evaluated: %v", got)
+	}
+}
+
+// Stopped: a job whose newest step has not moved for ActiveFor (since it
+// last advanced, or since it was first seen) has stopped, at its newest
+// step; an advancing one has not.
+func TestStopped(t *testing.T) {
+	g := newGrowing("train", sim.DDP{Ranks: 4, Steps: 120, Seed: 1})
+	now := time.Unix(1_800_000_000, 0)
+	d, _ := newDetector(t, g, &now)
+	ctx := context.Background()
+	if _, _, ok := d.Stopped("train"); ok {
+		t.Fatal("an unseen job stopped")
+	}
+	g.advance(40)
+	d.EvaluateOnce(ctx)
+	first := now
+	now = now.Add(5 * time.Minute)
+	if _, _, ok := d.Stopped("train"); ok {
+		t.Fatal("stopped within ActiveFor of its first sighting")
+	}
+	now = now.Add(6 * time.Minute) // 11m since first seen, never advancing: stopped at (or before) then
+	if at, step, ok := d.Stopped("train"); !ok || !at.Equal(first) || step != 39 {
+		t.Fatalf("Stopped = %v, %d, %v; want first sighting, step 39", at, step, ok)
+	}
+	g.advance(60)
+	d.EvaluateOnce(ctx)
+	advanced := now
+	if _, _, ok := d.Stopped("train"); ok {
+		t.Fatal("an advancing job stopped")
+	}
+	now = now.Add(11 * time.Minute)
+	if at, step, ok := d.Stopped("train"); !ok || !at.Equal(advanced) || step != 59 {
+		t.Fatalf("Stopped = %v, %d, %v; want the last advance, step 59", at, step, ok)
+	}
+}
+
+// A hot job the rounds have not seen yet (it began after the last one)
+// is evaluated at once, and counts as advancing from its next step on.
+func TestHotJobNotYetSeen(t *testing.T) {
+	g := newGrowing("train", sim.DDP{Ranks: 4, Steps: 200, Seed: 1})
+	now := time.Unix(1_800_000_000, 0)
+	d, err := New(Config{Interval: time.Hour, FastInterval: 5 * time.Second}, g, g, g, prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.now = func() time.Time { return now }
+	ctx := context.Background()
+	g.advance(40)
+	d.Hot("train")
+	d.EvaluateHot(ctx)
+	if _, ok := d.Latest("train"); !ok {
+		t.Fatal("a hot job not yet seen by a round was not evaluated")
+	}
+	if d.Advancing("train") {
+		t.Fatal("advancing on its first sighting")
+	}
+	now = now.Add(5 * time.Second)
+	g.advance(50)
+	d.EvaluateHot(ctx)
+	if !d.Advancing("train") {
+		t.Fatal("not advancing after its steps moved")
+	}
+}

@@ -80,6 +80,15 @@ func (f *fuser) build(b *building, next int64, live []Incident, used map[string]
 	if inc.SlowMS == 0 {
 		inc.SlowMS = f.slowMS(b, lostEnd)
 	}
+	if inc.SlowMS == 0 || inc.HealthyMS == 0 {
+		// Too few step samples: the opening change point's own levels.
+		for _, o := range b.onsets {
+			if o.BeforeMS > 0 && o.AfterMS > 0 {
+				inc.HealthyMS, inc.SlowMS = o.BeforeMS, o.AfterMS
+				break
+			}
+		}
+	}
 	inc.Lost = f.lost(b, lostEnd)
 	inc.Windows = f.windows(b, lostEnd, next)
 
@@ -213,7 +222,8 @@ func (f *fuser) hypotheses(inc *Incident, b *building) {
 			}
 		}
 	}
-	// Contradictions.
+	// Contradictions: a measurement that clears the target, or an
+	// exclusive finding on one of its subjects naming another target.
 	for _, k := range keys {
 		h := byKey[k]
 		for _, e := range finds {
@@ -223,8 +233,8 @@ func (f *fuser) hypotheses(inc *Incident, b *building) {
 			switch {
 			case (e.Signal == SignalHealthy || e.Signal == SignalFinding) && e.clears(k):
 				h.against = append(h.against, e)
-				h.why = append(h.why, fmt.Sprintf("%s measured %s normal", engineWords(e.Engine), targetWords(h.target)))
-			case e.Signal == SignalFinding && e.Exclusive && e.Confidence == ConfidenceHigh && len(e.Targets) > 0 && !e.names(k) && h.exclusiveOn(e.Subject):
+				h.why = append(h.why, fmt.Sprintf("%s measured %s normal%s", engineWords(e.Engine), targetWords(h.target), layerSuffix(e.Layer)))
+			case e.Signal == SignalFinding && e.Exclusive && e.Confidence != ConfidenceWithheld && len(e.Targets) > 0 && !e.names(k) && h.exclusiveOn(e.Subject):
 				h.against = append(h.against, e)
 				h.why = append(h.why, fmt.Sprintf("%s names %s instead", engineWords(e.Engine), targetWords(e.Targets[0])))
 			}
@@ -279,50 +289,119 @@ func (h *hyp) exclusiveOn(s string) bool {
 	return false
 }
 
+// hits reports whether contradicting evidence c weighs against support
+// s: a clearance only at its own layer (a benchmark that finds a rank's
+// GPU normal says nothing about its data loader or its host), an
+// exclusive finding only on its own subject.
+func hits(c, s *Evidence) bool {
+	if c.Signal == SignalHealthy || len(c.Against) > 0 && !(c.Exclusive && c.Confidence == ConfidenceHigh && s.Exclusive && s.Subject == c.Subject) {
+		return c.Layer == "" || c.Layer == s.Layer
+	}
+	return s.Exclusive && s.Subject == c.Subject
+}
+
+// strongAgainst: a high-confidence finding or a measurement.
+func strongAgainst(c *Evidence) bool {
+	return c.Confidence == ConfidenceHigh || c.Signal == SignalHealthy
+}
+
 func (h *hyp) publish(context []*Evidence) Hypothesis {
 	out := Hypothesis{Target: h.target, Category: CategoryUnknown}
 	engines := map[Engine]bool{}
-	strong := false
 	for _, e := range h.support {
 		out.Support = append(out.Support, e.ID)
 		engines[e.Engine] = true
-		if e.Confidence == ConfidenceHigh {
-			strong = true
-		}
 	}
 	for e := range engines {
 		out.Engines = append(out.Engines, e)
 	}
 	slices.Sort(out.Engines)
-	contradicted, weakAgainst := false, false
-	for _, e := range h.against {
-		out.Against = append(out.Against, e.ID)
-		if e.Confidence == ConfidenceHigh || e.Signal == SignalHealthy {
-			contradicted = true
-		} else {
-			weakAgainst = true
+	// Effective support: what no strong contradiction hits.
+	var eff []*Evidence
+	weakAgainst := false
+	for _, s := range h.support {
+		cleared := false
+		for _, c := range h.against {
+			if hits(c, s) {
+				if strongAgainst(c) {
+					cleared = true
+				} else {
+					weakAgainst = true
+				}
+			}
+		}
+		if !cleared {
+			eff = append(eff, s)
 		}
 	}
+	for _, e := range h.against {
+		out.Against = append(out.Against, e.ID)
+	}
+	strong := false
+	sources := map[string]bool{}
+	for _, e := range eff {
+		sources[SourceOf(e)] = true
+		if e.Confidence == ConfidenceHigh {
+			strong = true
+		}
+	}
+	partly := len(eff) < len(h.support)
 	switch {
-	case contradicted:
+	case len(eff) == 0:
 		out.Stated, out.Confidence = false, ConfidenceLow
 		out.Reason = "contradicted: " + strings.Join(uniq(h.why), "; ") + "."
+	case strong && !weakAgainst:
+		out.Stated, out.Confidence = true, ConfidenceHigh
+		out.Reason = fmt.Sprintf("%s %s it with high confidence and no engine contradicts it.", engineList(enginesOf(eff)), verb(len(enginesOf(eff)), "names", "name"))
+	case len(sources) >= 2:
+		out.Stated, out.Confidence = true, ConfidenceHigh
+		out.Reason = fmt.Sprintf("%d independent signals agree (%s).", len(sources), strings.Join(sortedKeys(sources), ", "))
 	case strong:
-		out.Stated, out.Confidence = true, ConfidenceHigh
-		out.Reason = fmt.Sprintf("%s names it with high confidence and no engine contradicts it.", engineList(out.Engines))
-	case len(out.Engines) >= 2:
-		out.Stated, out.Confidence = true, ConfidenceHigh
-		out.Reason = fmt.Sprintf("%d independent engines agree (%s).", len(out.Engines), engineList(out.Engines))
+		// One engine is sure, another disagrees with less confidence: the
+		// rule needs no contradiction at all for a single engine.
+		out.Confidence = ConfidenceLow
+		out.Reason = fmt.Sprintf("%s %s it with high confidence, but other evidence disagrees: %s; laggard needs an independent second signal or a validation to state it.",
+			engineList(enginesOf(eff)), verb(len(enginesOf(eff)), "names", "name"), strings.Join(uniq(h.why), "; "))
+		weakAgainst = false
 	default:
 		out.Confidence = ConfidenceLow
-		out.Reason = fmt.Sprintf("only %s suggests it, with low confidence; laggard needs a second engine or a validation to state it.", engineList(out.Engines))
+		out.Reason = fmt.Sprintf("only %s %s it, with low confidence; laggard needs an independent second signal or a validation to state it.", engineList(enginesOf(eff)), verb(len(enginesOf(eff)), "suggests", "suggest"))
 	}
-	if weakAgainst && out.Stated {
+	if partly && len(eff) > 0 {
+		out.Reason += " Part of the evidence is contradicted: " + strings.Join(uniq(h.why), "; ") + "."
+	} else if weakAgainst && out.Stated {
 		out.Reason += " Some weaker evidence disagrees: " + strings.Join(uniq(h.why), "; ") + "."
 	}
-	out.Chain = chain(h.support, context)
-	out.Category = category(h.support)
+	out.Chain = chain(eff, context)
+	out.Category = category(eff)
 	return out
+}
+
+func enginesOf(evs []*Evidence) []Engine {
+	var out []Engine
+	for _, e := range evs {
+		if !slices.Contains(out, e.Engine) {
+			out = append(out, e.Engine)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func layerSuffix(l Layer) string {
+	if l == "" {
+		return ""
+	}
+	return " at the " + string(l) + " layer"
 }
 
 // stageContext is the evidence that explains where in the step the time

@@ -221,8 +221,12 @@ type Evidence struct {
 	Subject   string `json:"subject,omitempty"`
 	Exclusive bool   `json:"exclusive,omitempty"`
 
-	Layer      Layer      `json:"layer,omitempty"`
-	Category   Category   `json:"category,omitempty"`
+	Layer    Layer    `json:"layer,omitempty"`
+	Category Category `json:"category,omitempty"`
+	// Source is the signal the finding reads, for independence ("two
+	// independent signals agree"): two engines reading the same collective
+	// calls are one signal. Empty: SourceOf derives it from the kind.
+	Source     string     `json:"source,omitempty"`
 	Confidence Confidence `json:"confidence,omitempty"`
 	// Withheld is the engine's reason code for naming nothing
 	// (Confidence withheld), e.g. "absorbed_in_stage".
@@ -296,4 +300,40 @@ func compareEvidence(a, b *Evidence) int {
 // sortTargets orders targets by key (deterministic output).
 func sortTargets(ts []Target) {
 	slices.SortFunc(ts, func(a, b Target) int { return cmp.Compare(a.Key(), b.Key()) })
+}
+
+// Signal sources: what a finding was computed from.
+const (
+	SourceStageVectors   = "stage vectors"
+	SourceCollectives    = "collective calls"
+	SourceValidation     = "validation benchmarks"
+	SourceHostProfile    = "CPU stacks and OS counters"
+	SourceOperatorTraces = "operator traces"
+)
+
+// SourceOf is the signal e was computed from: e.Source when set, else by
+// its kind (Greyhound's verdict by its layer: a GPU or link verdict rests
+// on the validation benchmarks, a lateness verdict on collective calls).
+func SourceOf(e *Evidence) string {
+	if e.Source != "" {
+		return e.Source
+	}
+	switch e.Kind {
+	case KindStageChange, KindStageLeader, KindProgress:
+		return SourceStageVectors
+	case KindGreyhoundChange, KindGreyhoundPhase, KindGreyhoundCrossGroup, KindGreyhoundLate, KindSysomSlowRank:
+		return SourceCollectives
+	case KindGreyhoundValidation:
+		return SourceValidation
+	case KindGreyhoundVerdict:
+		if e.Layer == LayerGPU || e.Layer == LayerNetwork {
+			return SourceValidation
+		}
+		return SourceCollectives
+	case KindSysomWaterline, KindSysomDiagnosis, KindSysomTemporal:
+		return SourceHostProfile
+	case KindKairRank, KindKairCulprit:
+		return SourceOperatorTraces
+	}
+	return string(e.Engine)
 }

@@ -26,7 +26,7 @@ func TestFusionRules(t *testing.T) {
 	absorbed.Withheld = "absorbed_in_stage"
 	healthy := Evidence{ID: "gh/val/1", Kind: KindGreyhoundValidation, Engine: EngineGreyhound, Job: j, AtNS: at(1500),
 		Window: Span{FromStep: 1400, ToStep: 1450, FromNS: at(1400), ToNS: at(1450)}, Signal: SignalHealthy,
-		Against: []Target{RankTarget(2, "")}, Confidence: ConfidenceHigh, Layer: LayerCollective, Text: "rank 2 benchmarks normal"}
+		Against: []Target{RankTarget(2, "")}, Confidence: ConfidenceHigh, Layer: LayerGPU, Text: "rank 2's GPU benchmarks normal"}
 	uniformSF := finding(j, "sf/uniform", EngineStageFrontier, KindStageLeader, LayerStage, CategoryUniform, ConfidenceHigh, 1000, 1900, JobTarget())
 	uniformOS := finding(j, "sysom/temporal", EngineSysom, KindSysomTemporal, LayerCPU, CategoryUniform, ConfidenceLow, 1000, 1900, JobTarget())
 	slow := series(j, 0, 2000, slowBetween(1000, 3000, 150))
@@ -61,8 +61,21 @@ func TestFusionRules(t *testing.T) {
 			want{n: 1, state: StateOpen, conf: ConfidenceLow, headline: "suspected: rank 3, not confirmed"}},
 		{"two independent engines agree at low confidence: stated", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), leader("sf/l", 3, ConfidenceLow), late(3, ConfidenceLow)}, now,
 			want{n: 1, state: StateOpen, cause: []string{"rank:3"}, conf: ConfidenceHigh}},
-		{"contradiction: a validation clears the named rank", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), leader("sf/l", 2, ConfidenceHigh), healthy}, now,
+		{"contradiction: a measurement at the finding's own layer clears it", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150),
+			finding(j, "kair/gpu", EngineKair, KindKairCulprit, LayerGPU, CategoryCompute, ConfidenceHigh, 1000, 1900, RankTarget(2, "")), healthy}, now,
 			want{n: 1, state: StateOpen, conf: ConfidenceLow, contra: true}},
+		{"a clearance at another layer leaves the rank stated and is shown", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), leader("sf/l", 2, ConfidenceHigh), healthy}, now,
+			want{n: 1, state: StateOpen, cause: []string{"rank:2"}, conf: ConfidenceHigh, contra: true}},
+		{"one engine sure, another disagreeing with low confidence: not stated", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), late(3, ConfidenceHigh),
+			func() Evidence {
+				e := finding(j, "kair/gap", EngineKair, KindKairCulprit, LayerOperator, CategoryUnknown, ConfidenceLow, 1000, 1900, RankTarget(6, ""))
+				e.Exclusive, e.Subject = true, "comm:world"
+				return e
+			}()}, now,
+			want{n: 1, state: StateOpen, conf: ConfidenceLow, contra: true}},
+		{"two findings from one signal are not independent", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), late(3, ConfidenceLow),
+			finding(j, "sysom/slow", EngineSysom, KindSysomSlowRank, LayerCollective, CategoryUnknown, ConfidenceLow, 1000, 1900, RankTarget(3, ""))}, now,
+			want{n: 1, state: StateOpen, conf: ConfidenceLow}},
 		{"contradiction: two exclusive high findings on one subject name different ranks", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150),
 			leader("sf/l2", 2, ConfidenceHigh), func() Evidence { e := leader("x/l5", 5, ConfidenceHigh); e.Engine = EngineKair; return e }()}, now,
 			want{n: 1, state: StateOpen, conf: ConfidenceLow, contra: true}},

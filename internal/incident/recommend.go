@@ -27,7 +27,21 @@ func engineList(es []Engine) string {
 	for i, e := range es {
 		w[i] = engineWords(e)
 	}
-	return strings.Join(w, " and ")
+	switch len(w) {
+	case 0:
+		return "no engine"
+	case 1:
+		return w[0]
+	}
+	return strings.Join(w[:len(w)-1], ", ") + " and " + w[len(w)-1]
+}
+
+// verb picks the singular or plural form.
+func verb(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // targetWords names a target for people.

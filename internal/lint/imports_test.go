@@ -101,7 +101,7 @@ func TestEnginesArePure(t *testing.T) {
 }
 
 // Data flows one way: wire → ingest → store → analysis → engines →
-// api/render/ui/cli. Each rule lists what a layer must not import.
+// incident → api/render/ui/cli. Each rule lists what a layer must not import.
 var flowRules = []struct {
 	layer  string
 	forbid []string
@@ -127,6 +127,12 @@ var flowRules = []struct {
 	{"internal/engine", []string{"internal/control"}},
 	{"internal/incident", []string{"internal/control"}},
 	{"internal/control", []string{"internal/engine", "internal/api", "internal/server", "internal/render", "internal/ui", "internal/wire", "internal/ingest"}},
+	// Engines don't know incidents; incidents know no engine (arch rule
+	// 5): internal/analysis adapts each engine's report into evidence
+	// (only its evidence adapters: TestOnlyEvidenceAdaptersImportIncident),
+	// and the incident package stays pure fusion over that evidence.
+	{"internal/engine", []string{"internal/incident"}},
+	{"internal/incident", []string{"internal/engine", "internal/store", "internal/analysis", "internal/ingest", "internal/catalog", "internal/wire", "internal/detect", "internal/api", "internal/server", "internal/render", "internal/ui"}},
 }
 
 func TestDataFlowsOneWay(t *testing.T) {
@@ -198,7 +204,7 @@ func TestOnlyAnalysisJoinsStoreAndEngines(t *testing.T) {
 // them all would otherwise pass vacuously.
 func TestLintSeesTheTree(t *testing.T) {
 	prod, _ := pkgImports(t)
-	for _, dir := range []string{"internal/engine/stagefrontier", "internal/analysis", "internal/store", "internal/signal/stagevec", "internal/api", "internal/control"} {
+	for _, dir := range []string{"internal/engine/stagefrontier", "internal/analysis", "internal/store", "internal/signal/stagevec", "internal/api", "internal/control", "internal/incident"} {
 		if _, ok := prod[dir]; !ok {
 			t.Errorf("package %s not found: update the lint rules", dir)
 		}

@@ -255,10 +255,17 @@ func perStep(total float64, n int) float64 {
 // wrap breaks s into lines of at most width runes, indenting continuation
 // lines.
 func wrap(s string, width int, indent string) string {
+	return fillTo(strings.Fields(s), 0, width, indent)
+}
+
+// fillTo breaks words into lines of at most width runes: the first line
+// starts at column col, the others after indent; a word longer than a
+// line is never broken.
+func fillTo(words []string, col, width int, indent string) string {
 	var b strings.Builder
-	line := 0
-	for i, word := range strings.Fields(s) {
-		n := len([]rune(word))
+	line := col
+	for i, w := range words {
+		n := len([]rune(w))
 		if i > 0 {
 			if line+1+n > width {
 				b.WriteString("\n" + indent)
@@ -268,7 +275,7 @@ func wrap(s string, width int, indent string) string {
 				line++
 			}
 		}
-		b.WriteString(word)
+		b.WriteString(w)
 		line += n
 	}
 	return b.String()

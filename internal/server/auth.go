@@ -93,6 +93,12 @@ var routeAccess = map[string]access{
 	"DELETE /api/v1/jobs/{id}/captures/{cid}":      needIngestJob,
 	"GET /api/v1/jobs/{id}/captures/pending":       needIngestJob,
 	"POST /api/v1/jobs/{id}/captures/{cid}/traces": needIngestJob,
+	// Incidents and the fleet view (issue 17) are reads like the job
+	// reports: a job's ingest token does not read them.
+	"GET /api/v1/incidents":      needRead,
+	"GET /api/v1/incidents/{id}": needRead,
+	"GET /api/v1/hosts":          needRead,
+
 	"/api/":        anyToken,
 	"/":            public,
 	"":             anyToken, // the mux's own 404/405/redirects

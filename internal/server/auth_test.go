@@ -106,6 +106,12 @@ func TestD3_EveryEndpointNeedsItsScope(t *testing.T) {
 		{"report", call{method: "GET", path: "/api/v1/jobs/j/report"}, []string{tokRead, tokAdmin}, []string{tokIngestJ}},
 		{"export", call{method: "GET", path: "/api/v1/jobs/j/export"}, []string{tokRead, tokAdmin}, []string{tokIngestJ}},
 		{"vocabulary", call{method: "GET", path: "/api/v1/vocabulary"}, []string{tokRead, tokAdmin}, []string{tokIngestJ}},
+		// Issue 17: a token scoped to job j (ingest:j) reads no incident,
+		// not even j's, and no fleet view (which lists other jobs).
+		{"list incidents", call{method: "GET", path: "/api/v1/incidents"}, []string{tokRead, tokAdmin}, []string{tokIngestJ, tokIngestK}},
+		{"list own job's incidents", call{method: "GET", path: "/api/v1/incidents?job=j"}, []string{tokRead, tokAdmin}, []string{tokIngestJ}},
+		{"get incident", call{method: "GET", path: "/api/v1/incidents/inc-1"}, []string{tokRead, tokAdmin}, []string{tokIngestJ, tokIngestK}},
+		{"fleet view", call{method: "GET", path: "/api/v1/hosts"}, []string{tokRead, tokAdmin}, []string{tokIngestJ, tokIngestK}},
 		// The delete route may not be mounted (then 404/405): still only
 		// an admin gets past authorization.
 		{"delete job", call{method: "DELETE", path: "/api/v1/jobs/j-gone"}, []string{tokAdmin}, []string{tokRead, tokIngestJ}},

@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -18,8 +17,8 @@ import (
 	"github.com/laggard-dev/laggard/internal/store"
 )
 
-// kairOff: tests drive captures by hand; no auto trigger, no sweep.
-var kairOff = control.KairConfig{Off: true, Interval: -1}
+// kairOff: tests drive captures by hand; no sweep.
+var kairOff = control.KairConfig{Interval: -1}
 
 // rankTrace rewrites the Kineto testdata trace (one rank of a 2-rank job)
 // as rank's: distributedInfo says rank, and every timestamp moves by
@@ -377,27 +376,4 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// The wiring of the auto trigger: the background StageFrontier
-// evaluation names rank 1 (its data stage is 30× the others'), which
-// creates one auto capture; the next evaluation, with the capture open,
-// creates none.
-func TestKairAutoTriggerWired(t *testing.T) {
-	e := newKairEnv(t, Config{Kair: control.KairConfig{Interval: -1}})
-	for _, span := range [][2]int64{{0, 60}, {60, 80}} {
-		if r := e.call("POST", "/api/v1/jobs/j/vectors", tokIngestJ, jsonType, jsonBatch(t, vectors(4, span[0], span[1])), nil); r.status != 200 {
-			t.Fatalf("ingest: %d %s", r.status, r.body)
-		}
-		e.srv.Detector().EvaluateOnce(context.Background())
-	}
-	r := e.call("GET", "/api/v1/jobs/j/captures", tokRead, "", nil, nil)
-	var list struct{ Captures []store.Capture }
-	if err := json.Unmarshal(r.body, &list); err != nil || len(list.Captures) != 1 {
-		t.Fatalf("captures: %d %s", r.status, r.body)
-	}
-	c := list.Captures[0]
-	if c.Trigger != "auto" || !strings.Contains(c.Reason, "rank 1") || c.StartStep < 69 || !slices.Equal(c.Ranks, []int{0, 1, 2, 3}) {
-		t.Errorf("auto capture %+v", c)
-	}
 }

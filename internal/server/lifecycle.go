@@ -103,6 +103,9 @@ func (s *Server) forgetJob(job string) {
 	if s.kair != nil {
 		s.kair.Forget(job) // its cached open capture and reports
 	}
+	if s.incidents != nil {
+		s.incidents.Forget(job) // its queued evidence, cached state and series; its keyspaces went with the job
+	}
 }
 
 // onDelete is the API's OnDelete: the diagnosis forgets the job at once

@@ -23,6 +23,7 @@ import (
 	"github.com/laggard-dev/laggard/internal/control"
 	"github.com/laggard-dev/laggard/internal/detect"
 	"github.com/laggard-dev/laggard/internal/ingest"
+	"github.com/laggard-dev/laggard/internal/notify"
 	"github.com/laggard-dev/laggard/internal/store"
 	"github.com/laggard-dev/laggard/internal/symbolize"
 )
@@ -54,9 +55,18 @@ type Config struct {
 	// negative Interval disables its loop; the report and validation
 	// routes still serve).
 	Greyhound control.GreyhoundConfig
-	// Kair configures KAIR's triggered capture (auto trigger, cooldown,
-	// default steps; kair.go).
+	// Kair configures KAIR's triggered capture (default steps, sweep;
+	// kair.go); what triggers it is the incident escalation.
 	Kair control.KairConfig
+	// Incidents bounds and schedules the incident manager and its
+	// escalation policy (internal/control, incidents.go); IncidentsOff
+	// turns the layer off (-incidents=false): no incidents, no
+	// escalation, no automatic captures or validations.
+	Incidents    control.IncidentsConfig
+	IncidentsOff bool
+	// IncidentAdapters turn engine reports into incident evidence (zero:
+	// internal/analysis's; tests substitute their own).
+	IncidentAdapters control.Adapters
 	// MaxTraceBytes and MaxTraceEvents bound one rank's KAIR trace upload
 	// (defaults api.DefaultMaxTraceBytes, api.DefaultMaxTraceEvents).
 	MaxTraceBytes  int64
@@ -85,6 +95,9 @@ type Config struct {
 	// (HEAD/POST /api/v1/symbols/{buildid}), e.g. symbolize.OpenStore of
 	// <data dir>/symbols; nil answers those routes 501.
 	Symbols api.SymbolStore
+	// Notify sends incident state changes to Alertmanager and a webhook
+	// (notify.go); no sink: off.
+	Notify notify.Config
 }
 
 func (c *Config) setDefaults() {
@@ -138,6 +151,9 @@ type Server struct {
 	sysom      *analysis.Sysom     // nil without a stack keyspace or symbol store (sysom.go)
 	resolver   *symbolize.Resolver // names the stacks sysom reads
 	kair       *control.Kair       // nil without a capture keyspace (kair.go)
+	kairLife   *control.KairLifecycle
+	incidents  *control.Incidents // nil when the layer is off (incidents.go)
+	notifier   *notify.Notifier   // nil without a sink (notify.go)
 
 	mu        sync.Mutex
 	addr      net.Addr
@@ -197,6 +213,10 @@ func New(cfg Config, st Store) (*Server, error) {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	if err := s.startIncidents(&cfg, st); err != nil {
+		s.vectors.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if s.detector, err = detect.New(cfg.Detect, cat, st, s.detectReporter(), s.reg, s.log); err != nil {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: %w", err)
@@ -227,6 +247,7 @@ func New(cfg Config, st Store) (*Server, error) {
 		s.vectors.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	s.wireIncidents(&cfg, st, cat)
 	var ghAPI api.Greyhound
 	if s.greyhound != nil {
 		ghAPI = s.greyhound
@@ -235,7 +256,7 @@ func New(cfg Config, st Store) (*Server, error) {
 	colls, _ := st.(api.CollectiveReader) // optional: test stores may lack it
 	api.New(api.Deps{Catalog: cat, Reader: st, Vectors: s.vectors, Collectives: colls, Gate: gate, Reporter: s.analyzer, Diagnoses: s.detector, Greyhound: ghAPI,
 		Metrics: am, Log: s.log, MaxBodyBytes: cfg.MaxBodyBytes, RetryAfter: cfg.RetryAfter, OnDelete: s.onDelete, Symbols: cfg.Symbols, Sysom: s.sysomAPI(), Kair: s.kairAPI(),
-		MaxTraceBytes: cfg.MaxTraceBytes, MaxTraceEvents: cfg.MaxTraceEvents}).Register(mux)
+		MaxTraceBytes: cfg.MaxTraceBytes, MaxTraceEvents: cfg.MaxTraceEvents, Incidents: s.apiIncidents()}).Register(mux)
 	// Routes outside api.Register declare what they need with s.handle
 	// (api.Register's routes are listed in routeAccess).
 	s.handle(mux, "GET /metrics", needRead, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
@@ -246,6 +267,11 @@ func New(cfg Config, st Store) (*Server, error) {
 	}
 	s.handle(mux, "/", public, ui)
 	s.handler = s.instrument(s.guard(mux))
+	if err := s.startNotify(&cfg); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.notifyIncidents()
 	return s, nil
 }
 
@@ -322,7 +348,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	detectDone := make(chan struct{})
 	ghDone := make(chan struct{})
 	kairDone := make(chan struct{})
+	incDone := make(chan struct{})
 	go func() { defer close(detectDone); s.detector.Run(dctx) }()
+	go func() {
+		defer close(incDone)
+		if s.incidents != nil {
+			s.incidents.Run(dctx)
+		}
+	}()
 	go func() {
 		defer close(kairDone)
 		if s.kair != nil {
@@ -352,6 +385,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	<-detectDone
 	<-ghDone
 	<-kairDone
+	<-incDone
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	shutErr := hs.Shutdown(sctx)
@@ -370,7 +404,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // is committed and acknowledged. Later ingest requests get 503. It does
 // not close the store.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() { s.stopLifecycle(); s.vectors.Close(); s.closeSysom() })
+	s.closeOnce.Do(func() { s.stopLifecycle(); s.vectors.Close(); s.closeSysom(); s.closeNotify() })
 	return nil
 }
 

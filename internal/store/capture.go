@@ -69,7 +69,7 @@ func (s CaptureState) Open() bool { return s == CapturePending || s == CaptureRe
 type Capture struct {
 	ID         string            `json:"id"`          // "c" + 12 hex (random), unique per job
 	Job        string            `json:"job"`         //
-	Trigger    string            `json:"trigger"`     // "manual" | "auto"
+	Trigger    string            `json:"trigger"`     // "manual" | "auto" | "incident" (the incident escalation policy asked)
 	Reason     string            `json:"reason"`      // manual: the operator's text; auto: the signal and its value
 	CreatedNS  int64             `json:"created_ns"`  // server clock
 	DeadlineNS int64             `json:"deadline_ns"` // after it, missing ranks no longer awaited
@@ -128,8 +128,8 @@ func (c *Capture) Validate() error {
 		return signal.FieldErrorf("job", "%v", err)
 	}
 	switch {
-	case c.Trigger != "manual" && c.Trigger != "auto":
-		return signal.FieldErrorf("trigger", "%q is not manual or auto", signal.Clip(c.Trigger))
+	case c.Trigger != "manual" && c.Trigger != "auto" && c.Trigger != "incident":
+		return signal.FieldErrorf("trigger", "%q is not manual, auto or incident", signal.Clip(c.Trigger))
 	case !c.State.Valid():
 		return signal.FieldErrorf("state", "unknown capture state %q", signal.Clip(string(c.State)))
 	case c.Steps < 1 || c.Steps > MaxCaptureSteps:
@@ -221,7 +221,7 @@ func (s *Store) PutCapture(c *Capture) error {
 			if err != nil {
 				return err
 			}
-			victims, err := evictable(old, len(old)-(KeepCaptures-1), c.Trigger == "auto")
+			victims, err := evictable(old, len(old)-(KeepCaptures-1), automatic(c.Trigger))
 			if err != nil {
 				return fmt.Errorf("store: put capture %s of job %q: %w", c.ID, job, err)
 			}
@@ -248,6 +248,10 @@ func (s *Store) PutCapture(c *Capture) error {
 // KeepCaptures.
 var ErrCaptureLimit = errors.New("store: the job keeps its limit of captures")
 
+// automatic reports whether trigger is the server's own (auto, or the
+// incident escalation policy's): such captures never evict an operator's.
+func automatic(trigger string) bool { return trigger == "auto" || trigger == "incident" }
+
 // evictable picks n captures of old (newest first) to delete so a new one
 // fits, least valuable first: records that do not decode, then auto
 // captures without a trace, then auto ones with traces, then (only when
@@ -265,9 +269,9 @@ func evictable(old []capEntry, n int, auto bool) ([]string, error) {
 			return 0
 		case e.c.State.Open():
 			return 4
-		case e.c.Trigger == "auto" && len(e.c.Uploaded) == 0:
+		case automatic(e.c.Trigger) && len(e.c.Uploaded) == 0:
 			return 1
-		case e.c.Trigger == "auto":
+		case automatic(e.c.Trigger):
 			return 2
 		}
 		return 3

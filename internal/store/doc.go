@@ -18,6 +18,15 @@
 //	y/<job>                                         → ProfileStats, 64 bytes
 //	a/<job>\x00<capture id 13B>                      → KAIR capture as JSON (capture.go)
 //	t/<job>\x00<capture id 13B><rank u32><part u16>  → one rank's operator trace: part 0 header, 1..n laggard.v1.OpTrace bytes (optrace.go)
+//	i/<job>\x00<incident id>                         → incident as laggard.incident/v1 JSON (incident.go)
+//	n/<incident id>\x00<job>                         → the incident's summary: the index Get, List and the fleet view read
+//	e/<job>\x00<evidence id>                         → one piece of the job's incident evidence (working set) as JSON
+//	u/<job>\x00<at_ns u64><hash u64>                 → one incident audit action as JSON
+//
+// The incident keyspaces (byte layout in docs/format/incident.md) hold
+// opaque JSON the incident manager (internal/control) writes and
+// decodes: a fusion round's incidents and the working-set change behind
+// them go in one batch, so a restarted server re-fuses the same set.
 //
 // The KAIR keyspaces (byte layout in docs/format/optrace.md) keep a job's
 // newest KeepCaptures on-demand captures and, per capture, each rank's

@@ -23,6 +23,10 @@ const (
 	// docs/format/optrace.md): prefixCapture "a/" (a/<job>\x00<capture
 	// id>) and prefixOpTrace "t/" (t/<job>\x00<capture id><rank u32><part u16>).
 
+	// Incident keyspaces (incident.go, docs/format/incident.md):
+	// prefixIncident "i/", prefixIncidentIndex "n/", prefixEvidence "e/",
+	// prefixAudit "u/".
+
 	// callSuffixLen is rank(4) + enter_ns(8) + comm(4) + seq(8).
 	callSuffixLen = 4 + 8 + 4 + 8
 

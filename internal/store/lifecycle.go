@@ -13,8 +13,10 @@ import (
 
 // DeleteJob removes job id — its registration, stats, every stored
 // vector, its collective keyspace, its Greyhound controller keyspace
-// (state, plans, results) and its KAIR captures with their traces — in one durable write (range deletions, so
-// its cost does not grow with the job's data). The space is reclaimed by the next
+// (state, plans, results), its KAIR captures with their traces and its
+// incidents with their working set and index entries — in one durable
+// write (range deletions, so its cost does not grow with the job's data;
+// the incident index is deleted key by key, one per kept incident). The space is reclaimed by the next
 // Reclaim. It is allowed while the disk is nearly full, since it is how
 // space is freed. Unknown ids return an error wrapping ErrNotFound.
 func (s *Store) DeleteJob(id string) error {
@@ -72,6 +74,14 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	ranges = append(ranges, prof...)
 	capt := captureRanges(id) // KAIR captures and their traces (capture.go, optrace.go)
 	ranges = append(ranges, capt...)
+	// Incidents, their evidence and audit (incident.go): retention takes
+	// them with the job, like every other keyspace of it.
+	inc := incidentRanges(id)
+	ranges = append(ranges, inc...)
+	incIDs, err := s.jobIncidentIDs(id)
+	if err != nil {
+		return fmt.Errorf("store: delete job %q: listing its incidents: %w", id, err)
+	}
 	// Reclaim compacts the collective and Greyhound ranges only when the
 	// job has some: every collective write writes its x/ key, every
 	// Greyhound write its state key.
@@ -91,12 +101,19 @@ func (s *Store) deleteJobLocked(id string, idleSince time.Time, deleted *bool) e
 	if s.hasCaptures(id) { // every trace belongs to a capture
 		compact = append(compact, capt...)
 	}
+	if s.hasIncidentData(id) {
+		compact = append(compact, inc...)
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	var err error
 	for _, r := range ranges {
 		if err == nil {
 			err = b.DeleteRange(r[0], r[1], nil)
+		}
+	}
+	for _, iid := range incIDs {
+		if err == nil {
+			err = b.Delete(incidentIndexKey(iid, id), nil)
 		}
 	}
 	if err == nil {
@@ -249,8 +266,8 @@ func (s *Store) JobAges() ([]JobAge, error) {
 }
 
 // JobDiskBytes estimates the disk space of job id's vectors, collective
-// calls, Greyhound controller records, stacks, OS stats and KAIR
-// captures with their traces.
+// calls, Greyhound controller records, stacks, OS stats, KAIR
+// captures with their traces and incidents with their working set.
 func (s *Store) JobDiskBytes(id string) (uint64, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
@@ -261,6 +278,9 @@ func (s *Store) JobDiskBytes(id string) (uint64, error) {
 		return 0, err
 	}
 	ranges := append(append(collRanges(id), [2][]byte{ghPrefix(id), ghPrefixEnd(id)}), profRanges(id)...)
+	if s.hasIncidentData(id) { // as for captures below: an empty range would be estimated at a table's share
+		ranges = append(ranges, incidentRanges(id)...)
+	}
 	if s.hasCaptures(id) {
 		// Only then: an empty t/ range inside another job's sstable
 		// would be estimated at that table's share.

@@ -111,6 +111,13 @@ type browser struct {
 // open loads base/#hash in a new tab.
 func (b browser) open(t *testing.T, hash string) *page {
 	t.Helper()
+	return b.openWith(t, hash)
+}
+
+// openWith runs before (a script for every document, say) in the new tab
+// ahead of loading base/#hash.
+func (b browser) openWith(t *testing.T, hash string, before ...chromedp.Action[chromedp.Void]) *page {
+	t.Helper()
 	ctx, cancel := chromedp.NewContext(b.ctx)
 	t.Cleanup(cancel)
 	p := &page{t: t, ctx: ctx, dir: b.dir}
@@ -141,7 +148,7 @@ func (b browser) open(t *testing.T, hash string) *page {
 			}
 		}
 	}()
-	if err := chromedp.Do(ctx, chromedp.Navigate(b.base+"/"+hash)); err != nil {
+	if err := chromedp.Do(ctx, append(before, chromedp.Navigate(b.base+"/"+hash))...); err != nil {
 		t.Fatalf("navigate %s: %v", hash, err)
 	}
 	t.Cleanup(p.checkErrors)
@@ -338,7 +345,7 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("job list shows each job's diagnosis and sorts", func(t *testing.T) {
 		p := tab(t, "#/")
-		p.wait(`document.querySelectorAll('tr[data-job]').length === 10`, "ten jobs")
+		p.wait(`document.querySelectorAll('tr[data-job]').length === 11`, "eleven jobs")
 		row := `tr[data-job="data-straggler-8"]`
 		if got := p.text(row + " .straggler"); got != "rank 2 · node-000" {
 			t.Errorf("data-straggler-8 straggler cell %q, want rank 2 · node-000", got)
@@ -747,7 +754,7 @@ func TestBrowser(t *testing.T) {
 		paged := httptest.NewServer(g.mux())
 		t.Cleanup(paged.Close)
 		p := browser{ctx: bctx, base: paged.URL, dir: dir}.open(t, "#/")
-		p.wait(`document.querySelectorAll('tr[data-job]').length === 10`, "all ten jobs from three pages")
+		p.wait(`document.querySelectorAll('tr[data-job]').length === 11`, "all eleven jobs from three pages")
 	})
 
 	t.Run("loading state", func(t *testing.T) {

@@ -1,5 +1,10 @@
 // Package ui serves laggard's embedded single-page web UI: a job list with
-// each job's current diagnosis, and a job page — the plain-language
+// each job's current diagnosis and open incident; incident pages
+// (incident.js: the timeline of incidentchart.js, the cause chain,
+// competing hypotheses, links into every engine view on the incident's
+// windows, the audit log) and the cluster page (cluster.js: open
+// incidents across jobs, the fleet of hosts and links behind them); and a
+// job page that opens on its incidents (incidents.js), then the plain-language
 // headline, the step-time axis with change points and brushable windows,
 // stage shares against a reference, the rank × stage heatmap with a rank
 // drill-down, role groups, a torch.profiler snippet aimed at the suspect
@@ -23,4 +28,6 @@
 // The tests run the real analysis on simulated jobs (internal/sim): the
 // fixtures in testdata/ are its output, the fake API computes any other
 // report query, and the browser tests drive headless Chromium over it.
+// The incident fixtures (testdata/incidents/) are internal/incident values
+// built from the same scenarios.
 package ui

@@ -55,7 +55,8 @@ func TestFixtures(t *testing.T) {
 
 // syncGolden keeps testdata/<glob> equal to files: with -update it writes
 // them and removes the strays; otherwise it reports stale, missing and
-// stray files, naming the test (run) whose -update regenerates them. skip
+// stray files, naming the test (run) whose -update regenerates them. The
+// glob and the names of files are relative to testdata/. skip
 // names files of the glob another test owns; what says whose a file
 // should be; why is added to the stale message.
 func syncGolden(t *testing.T, glob string, files map[string][]byte, skip func(name string) bool, what, run, why string) {
@@ -64,8 +65,12 @@ func syncGolden(t *testing.T, glob string, files map[string][]byte, skip func(na
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Names are relative to testdata/ ("incidents/hosts.json").
+	rel := func(p string) string {
+		return filepath.ToSlash(strings.TrimPrefix(p, "testdata"+string(filepath.Separator)))
+	}
 	for _, p := range onDisk {
-		if _, ok := files[filepath.Base(p)]; ok || (skip != nil && skip(filepath.Base(p))) {
+		if _, ok := files[rel(p)]; ok || (skip != nil && skip(rel(p))) {
 			continue
 		}
 		if *update {
@@ -77,8 +82,11 @@ func syncGolden(t *testing.T, glob string, files map[string][]byte, skip func(na
 		}
 	}
 	for name, want := range files {
-		p := filepath.Join("testdata", name)
+		p := filepath.Join("testdata", filepath.FromSlash(name))
 		if *update {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			if err := os.WriteFile(p, want, 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -143,6 +151,13 @@ func TestScenariosShowWhatTheyAreFor(t *testing.T) {
 		t.Errorf("tie: tie set %v, want [1 3]", ts)
 	}
 	withheld("few-steps", stagefrontier.WithheldFewSteps, stagevec.StageData)
+	// Every rank alike: the stage withholds a rank and says the rise is
+	// every rank's own.
+	withheld("uniform-8", stagefrontier.WithheldAbsorbed, stagevec.StageBackward)
+	onset("uniform-8", uniformOnset)
+	if h := rep("uniform-8").Headline; !strings.Contains(h.Text, "rose alike") {
+		t.Errorf("uniform-8: the headline does not say every rank rose alike: %s", h.Text)
+	}
 	if r := rep("relief"); r.Timeline == nil || len(r.Timeline.ChangePoints) != 2 || r.Timeline.ChangePoints[1].Kind != analysis.Relief ||
 		r.Headline.Rank != -1 || !strings.Contains(r.Headline.Text, "fell") {
 		t.Errorf("relief: want onset then relief and a healthy window, got %+v", r.Headline)

@@ -3,8 +3,6 @@ package ui
 import (
 	"encoding/json"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,15 +39,7 @@ func TestFakeAPIGreyhound(t *testing.T) {
 // easier to review on its own than in the full page).
 func shotOf(p *page, sel, name string) {
 	p.t.Helper()
-	buf, err := chromedp.Run(p.ctx, chromedp.Screenshot(chromedp.CSS(sel)))
-	if err != nil {
-		p.t.Fatalf("screenshot %s: %v", sel, err)
-	}
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, buf, 0o644); err != nil {
-		p.t.Fatal(err)
-	}
-	p.t.Logf("screenshot %s", path)
+	p.shotOf(sel, name)
 }
 
 func TestBrowserGreyhound(t *testing.T) {

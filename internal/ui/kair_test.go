@@ -245,12 +245,22 @@ func (p *page) hoverAt(sel string, dx, dy float64) string {
 	return p.text("#tooltip")
 }
 
-// shotOf saves a screenshot of one element.
+// shotOf saves a screenshot of one element. Taking one resizes the
+// viewport, and a resize re-renders the page: an element replaced under
+// the screenshot is looked up again, a few times at most.
 func (p *page) shotOf(sel, name string) {
 	p.t.Helper()
-	buf, err := chromedp.Run(p.ctx, chromedp.Screenshot(chromedp.CSS(sel), chromedp.NodeVisible))
-	if err != nil {
-		p.t.Fatalf("screenshot %s: %v", name, err)
+	var buf []byte
+	for try := 0; ; try++ {
+		p.wait(fmt.Sprintf(`document.querySelector(%q)`, sel), sel)
+		var err error
+		buf, err = chromedp.Run(p.ctx, chromedp.Screenshot(chromedp.CSS(sel), chromedp.NodeVisible))
+		if err == nil {
+			break
+		}
+		if try == 4 || !strings.Contains(err.Error(), "No node") && !strings.Contains(err.Error(), "Could not find node") {
+			p.t.Fatalf("screenshot %s: %v", name, err)
+		}
 	}
 	if len(buf) < 5000 {
 		p.t.Fatalf("screenshot %s is blank (%d bytes)", name, len(buf))

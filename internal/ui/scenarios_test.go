@@ -64,6 +64,7 @@ const (
 	pp1Late         = 6 // the rank that sends late in role-groups' pp1
 	restartOnset    = 50
 	restartRank     = 2 // restarted's first-launch straggler
+	uniformOnset    = 80
 )
 
 var scenarios = []scenario{
@@ -97,6 +98,17 @@ var scenarios = []scenario{
 				var d sim.Delays
 				if t >= 40 && t < 120 && r == 5 {
 					d[sim.Data] = 100
+				}
+				return d
+			})}, nil)},
+	// Every rank slows alike (issue 17: uniform slowdowns are incidents
+	// too): no rank may be named.
+	{id: "uniform-8", name: "llama3-8b, every GPU throttled from step 80",
+		build: ddpJob("uniform-8", "llama3-8b, every GPU throttled from step 80",
+			sim.DDP{Ranks: 8, Steps: 160, Seed: 17, RanksPerHost: 4, Extra: sim.WithWarmup(func(t, r int) sim.Delays {
+				var d sim.Delays
+				if t >= uniformOnset {
+					d[sim.Backward] = 40
 				}
 				return d
 			})}, nil)},

@@ -62,7 +62,7 @@ func TestBrowserSignIn(t *testing.T) {
 	}
 	p.shot("signin.png")
 	submit("read-token-0123456789")
-	p.wait(`document.querySelectorAll('tr[data-job]').length === 10`, "the job list after signing in")
+	p.wait(`document.querySelectorAll('tr[data-job]').length === 11`, "the job list after signing in")
 	if ok.Load() == 0 {
 		t.Fatal("no API request carried the token")
 	}

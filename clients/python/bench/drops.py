@@ -151,7 +151,7 @@ def start_server(binary, data):
     port = free_port()
     log = open(os.path.join(data, "serve.log"), "w")
     p = subprocess.Popen([binary, "serve", "-addr", "127.0.0.1:%d" % port, "-data", os.path.join(data, "store"),
-                          "-kair-trigger", "off", "-greyhound-interval", "0", "-log-level", "warn"],
+                          "-incidents=false", "-greyhound-interval", "0", "-log-level", "warn"],
                          stdout=log, stderr=subprocess.STDOUT)
     url = "http://127.0.0.1:%d" % port
     for _ in range(200):

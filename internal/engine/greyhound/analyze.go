@@ -146,7 +146,17 @@ func Analyze(in Input, cfg Config) (*Report, error) {
 		case v.Expired:
 			st = ValidationExpired
 		}
-		rep.Validation = append(rep.Validation, ValidationView{ID: v.Plan.ID, State: st, GEMM: orEmpty(j.GEMM), Links: orEmpty(j.Links), Verdict: j.Verdict})
+		vv := ValidationView{ID: v.Plan.ID, State: st, AtStep: v.Plan.AtStep, CreatedNS: v.CreatedNS, DeadlineMS: v.Plan.DeadlineMS,
+			GEMM: orEmpty(j.GEMM), Links: orEmpty(j.Links), Verdict: j.Verdict}
+		for _, r := range v.Results {
+			if r.PausedFromNS > 0 && r.PausedToNS >= r.PausedFromNS {
+				if vv.PausedFromNS == 0 || r.PausedFromNS < vv.PausedFromNS {
+					vv.PausedFromNS = r.PausedFromNS
+				}
+				vv.PausedToNS = max(vv.PausedToNS, r.PausedToNS)
+			}
+		}
+		rep.Validation = append(rep.Validation, vv)
 	}
 
 	// Controller: the server's, or a replay over this window.

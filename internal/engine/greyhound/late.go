@@ -2,6 +2,7 @@ package greyhound
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	"github.com/laggard-dev/laggard/internal/signal/collective"
@@ -152,4 +153,32 @@ func LateRank(l *Lateness, onset *ChangePointView, iterMS float64, cfg Config) (
 	ok := e.Instances >= cfg.LateMinInstances && e.Share >= cfg.LateShare && e.MarginMS >= 1 &&
 		(iterMS <= 0 || e.Frac >= need)
 	return e, ok
+}
+
+// Caveats are what limits entry lateness as evidence that the rank is the
+// one the others wait for (issue 16 item 6): last on under 80 % of the
+// instances, on fewer than 4 × LateMinInstances of them, or a wait that
+// accounts for under twice ExplainFrac of the onset's increase (other
+// causes may add to it). Conclude's late_rank verdict carries them;
+// internal/analysis states lateness with high confidence only without any.
+func (e LateEvidence) Caveats(cfg Config) []string {
+	cfg = cfg.withDefaults()
+	var out []string
+	if e.Share < 0.8 {
+		out = append(out, fmt.Sprintf("last on only %.0f%% of the instances", 100*e.Share))
+	}
+	if e.Instances < 4*cfg.LateMinInstances {
+		out = append(out, fmt.Sprintf("only %d instances since the onset", e.Instances))
+	}
+	if c, ok := partialCaveat(e.IncreaseMS, e.Frac, cfg); ok {
+		out = append(out, c)
+	}
+	return out
+}
+
+// ReportLate is the entry-lateness finding a report supports: LateRank
+// over its matrix since onset (nil: none, judged against the report's
+// recent iteration time, as the report's own verdict is in tracking).
+func ReportLate(rep *Report, onset *ChangePointView, cfg Config) (LateEvidence, bool) {
+	return LateRank(&rep.Lateness, onset, recentMS(rep.Iteration.Series), cfg)
 }

@@ -100,9 +100,17 @@ const (
 
 // ValidationView is one validation run's judged results.
 type ValidationView struct {
-	ID      string          `json:"id"`
-	State   ValidationState `json:"state"`
-	GEMM    []GEMMView      `json:"gemm"`
-	Links   []LinkView      `json:"links"`
-	Verdict Verdict         `json:"verdict"`
+	ID    string          `json:"id"`
+	State ValidationState `json:"state"`
+	// When it ran: the plan's at_step, its publication (0: unknown) and
+	// deadline, and the pause the ranks reported (earliest start to latest
+	// end on the calls' clock; 0: none reported).
+	AtStep       int64      `json:"at_step"`
+	CreatedNS    int64      `json:"created_ns,omitempty"`
+	DeadlineMS   int64      `json:"deadline_ms,omitempty"`
+	PausedFromNS int64      `json:"paused_from_ns,omitempty"`
+	PausedToNS   int64      `json:"paused_to_ns,omitempty"`
+	GEMM         []GEMMView `json:"gemm"`
+	Links        []LinkView `json:"links"`
+	Verdict      Verdict    `json:"verdict"`
 }

@@ -97,8 +97,8 @@ func Conclude(j Judgement, late LateEvidence, lateOK bool, ep Episode, cfg Confi
 		caveats = append(caveats, fmt.Sprintf("results from %d of %d ranks", j.Reported, j.Planned))
 	}
 	partial := func(e *Explanation) {
-		if e.IncreaseMS > 0 && e.Frac < 2*cfg.ExplainFrac {
-			caveats = append(caveats, fmt.Sprintf("it accounts for at most %.0f%% of the +%.1f ms: other causes may add to it", 100*e.Frac, e.IncreaseMS))
+		if c, ok := partialCaveat(e.IncreaseMS, e.Frac, cfg); ok {
+			caveats = append(caveats, c)
 		}
 	}
 
@@ -253,17 +253,9 @@ func Conclude(j Judgement, late LateEvidence, lateOK bool, ep Episode, cfg Confi
 		if s := seenNot(); s != "" {
 			text += "; " + s
 		}
-		// Strength of evidence: consistently last, on many instances, by
-		// a wait that explains most of the slowdown.
-		if late.Share < 0.8 {
-			caveats = append(caveats, fmt.Sprintf("last on only %.0f%% of the instances", 100*late.Share))
-		}
-		if late.Instances < 4*cfg.LateMinInstances {
-			caveats = append(caveats, fmt.Sprintf("only %d instances since the onset", late.Instances))
-		}
+		caveats = append(caveats, late.Caveats(cfg)...)
 		e := Explanation{IncreaseMS: late.IncreaseMS, AccountedMS: late.WaitMS, Frac: late.Frac, Explains: true,
 			Basis: "the others' wait for it per iteration, over every collective since the onset"}
-		partial(&e)
 		v = newVerdict(VerdictLateRank, []int{late.Rank}, nil, text, addRelief(caveats, ep))
 		v.Explanation = &e
 	case len(ranksNot) > 0 || len(linksNot) > 0:
@@ -295,4 +287,13 @@ func addRelief(caveats []string, ep Episode) []string {
 		return caveats
 	}
 	return append(caveats, fmt.Sprintf("iteration time fell back during validation, %.1f → %.1f ms: the slowdown may have been transient", ep.Relief.BeforeMS, ep.Relief.AfterMS))
+}
+
+// partialCaveat: a finding that accounts for under twice ExplainFrac of
+// the onset's increase explains it only in part.
+func partialCaveat(increaseMS, frac float64, cfg Config) (string, bool) {
+	if increaseMS > 0 && frac < 2*cfg.ExplainFrac {
+		return fmt.Sprintf("it accounts for at most %.0f%% of the +%.1f ms: other causes may add to it", 100*frac, increaseMS), true
+	}
+	return "", false
 }

@@ -569,6 +569,13 @@ func immaterial(c *Cause, reps []*Report, minShare float64) bool {
 	return sp > 0 && float64(c.ExcessNS)/float64(max(1, c.Steps)) < minShare*float64(sp)
 }
 
+// Material reports whether cause c costs its rank at least MinShare of
+// the median step per analysed step it appears in (the verdict's own
+// test: a smaller deviation is noise a busy host makes on any rank).
+func (rep *TraceReport) Material(c *Cause) bool {
+	return !immaterial(c, rep.StepReports, rep.Config.withDefaults().MinShare)
+}
+
 // medianStepSpan / medianComm are the medians over analysed steps of
 // Report.SpanNS / Report.CommNS.
 func medianStepSpan(reps []*Report) int64 {
@@ -770,7 +777,8 @@ func verdict(rep *TraceReport, cfg RunConfig, notes []string) (TraceVerdict, str
 		parts = append(parts, fmt.Sprintf("Stage 1 localizes the same rank (S = %.3f).", rh.Score[slices.Index(rh.Ranks, rh.Straggler)]))
 	case rh.Verdict == RhythmStraggler:
 		s := fmt.Sprintf("Stage 1 localizes rank %d as the straggler: %s.", rh.Straggler, rh.Why)
-		if held, ok := rep.TypicalHeld(rh.Straggler); ok && float64(held) < cfg.MinShare*float64(medianStepSpan(rep.StepReports)) {
+		if holds, measured := rep.HoldsBack(rh.Straggler); measured && !holds {
+			held, _ := rep.TypicalHeld(rh.Straggler)
 			// A rhythm that differs is not a delay of the job (6a).
 			s += fmt.Sprintf(" But the other ranks did not wait for rank %d at collectives (%s per step): its rhythm differs without holding the job back.", rh.Straggler, fmtNS(held))
 		}
@@ -932,6 +940,18 @@ func (rep *TraceReport) TypicalHeld(rank int) (held int64, ok bool) {
 // step's collectives (as Impact.LateNS).
 func (rep *TraceReport) TypicalLate(rank int) (late int64, ok bool) {
 	return rep.typicalOf(func(r *Report) int64 { return r.LateNS(rank) })
+}
+
+// HoldsBack reports whether the other ranks typically waited for rank at
+// the step's collectives for at least MinShare of the median step (§6a: a
+// rhythm that differs is not a delay of the job); measured is false when
+// no analysed step joined ranks at a collective, so the wait is unknown.
+func (rep *TraceReport) HoldsBack(rank int) (holds, measured bool) {
+	held, ok := rep.TypicalHeld(rank)
+	if !ok {
+		return false, false
+	}
+	return float64(held) >= rep.Config.withDefaults().MinShare*float64(medianStepSpan(rep.StepReports)), true
 }
 
 func (rep *TraceReport) typicalOf(f func(*Report) int64) (int64, bool) {

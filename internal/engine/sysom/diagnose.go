@@ -105,7 +105,7 @@ func explain(d rankDelay, in *Input, period float64, cfg Config) (Explained, str
 	case in.IterMs > 0 && in.IterBaseMs > 0 && in.IterMs >= in.IterBaseMs*(1+cfg.IterRise):
 		e.IterBaseMs, e.Basis = round(in.IterBaseMs, 3), ExplainRise
 		e.Share = round(e.DelayMs/rise, 3)
-		if e.Share < cfg.MinExplain {
+		if !e.Explains(cfg) {
 			return e, fmt.Sprintf("its entry delay (%.2f ms per step) explains only %s of the iteration time's rise (%.1f → %.1f ms, +%.1f ms)",
 				e.DelayMs, pct(e.Share), in.IterBaseMs, in.IterMs, rise)
 		}

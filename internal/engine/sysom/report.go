@@ -213,6 +213,14 @@ type Explained struct {
 	Basis string  `json:"basis,omitempty"`
 }
 
+// Explains reports whether the delay accounts for enough of the slowdown
+// it is blamed for (diagnose.go explain): against a measured rise of the
+// iteration time, at least Config.MinExplain of it; with no rise measured
+// the delay is itself the observed slowdown, and it explains.
+func (e Explained) Explains(cfg Config) bool {
+	return e.Basis != ExplainRise || e.Share >= cfg.MinExplain
+}
+
 // Explained bases.
 const (
 	ExplainRise = "rise"

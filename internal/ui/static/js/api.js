@@ -107,3 +107,20 @@ export function reportPath(id, query) {
 export function greyhoundPath(id) {
   return `jobs/${encodeURIComponent(id)}/greyhound`;
 }
+
+// The incident routes (issue 17): the list (newest first; evidence
+// omitted), one incident with its evidence and view links, and the fleet
+// rows. since is what the API takes: Unix nanoseconds (0: the beginning),
+// an RFC 3339 time or a duration back from the server's now ("24h", "7d").
+export function incidentsPath(q) {
+  const s = new URLSearchParams(q || {}).toString();
+  return 'incidents' + (s ? '?' + s : '');
+}
+
+export function incidentPath(id) {
+  return `incidents/${encodeURIComponent(id)}`;
+}
+
+export function hostsPath(sinceNS) {
+  return 'hosts' + (sinceNS ? `?since=${encodeURIComponent(sinceNS)}` : '');
+}

@@ -122,3 +122,19 @@ export function ts(iso) {
   if (!iso) return '—';
   return String(iso).replace('T', ' ').replace(/\.\d+/, '').replace(/Z$|\+00:00$/, ' UTC');
 }
+
+// Wall-clock nanoseconds since the Unix epoch, in UTC.
+const isoNS = (ns) => new Date(ns / 1e6).toISOString();
+export const fmtTime = (ns) => (ns > 0 ? isoNS(ns).slice(11, 19) + ' UTC' : '—');
+export const fmtDate = (ns) => (ns > 0 ? isoNS(ns).slice(0, 19).replace('T', ' ') + ' UTC' : '—');
+
+// fmtDur is a duration in nanoseconds in words ("3 min 12 s").
+export function fmtDur(ns) {
+  const s = ns / 1e9;
+  if (!(s >= 0)) return '—';
+  if (s < 1) return Math.round(ns / 1e6) + ' ms';
+  if (s < 60) return s.toFixed(1) + ' s';
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+  if (s < 172800) return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+  return `${Math.round(s / 86400)} days`;
+}

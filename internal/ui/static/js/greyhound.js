@@ -12,7 +12,7 @@
 // A 404 means the job sends no collective telemetry: the section says
 // how to get it; that is not an error.
 import { el, sv, card, showTip, hideTip, tipTable } from './dom.js';
-import { fmtMs, fmtInt, fmtNum } from './format.js';
+import { fmtMs, fmtInt, fmtNum, fmtTime, fmtDate, fmtDur } from './format.js';
 import { drawTimeline } from './timeline.js';
 import { RAMPS, rampRGB } from './heatmap.js';
 import { cachedJSON, greyhoundPath } from './api.js';
@@ -36,11 +36,17 @@ const SLOW = 1.1;
 // loadGreyhound never rejects (the page must not fail for it):
 // {report}, {missing} for a 404, {error}, or {aborted}.
 // params: the page's query; its incarnation (the launch selector) is the
-// launch the report reads, as the stage report's.
+// launch the report reads, as the stage report's; gh_from_ns and
+// gh_to_ns (an incident's link) are the report's window, from_ns and
+// to_ns.
 export async function loadGreyhound(id, signal, fresh, params) {
   try {
-    const inc = params && params.get('incarnation');
-    const report = await cachedJSON(greyhoundPath(id) + (inc ? `?incarnation=${encodeURIComponent(inc)}` : ''), signal, fresh);
+    const q = new URLSearchParams();
+    for (const [k, v] of [['incarnation', 'incarnation'], ['gh_from_ns', 'from_ns'], ['gh_to_ns', 'to_ns']]) {
+      if (params && params.get(k)) q.set(v, params.get(k));
+    }
+    const qs = q.toString();
+    const report = await cachedJSON(greyhoundPath(id) + (qs ? '?' + qs : ''), signal, fresh);
     // A report over zero calls says nothing either.
     if (!(report && report.telemetry && report.telemetry.calls > 0)) return { missing: true, message: '' };
     return { report };
@@ -60,19 +66,6 @@ export function greyhoundSig(gh) {
 }
 
 // ---------- formatting ----------
-const iso = (ns) => new Date(ns / 1e6).toISOString();
-const fmtTime = (ns) => (ns > 0 ? iso(ns).slice(11, 19) + ' UTC' : '—');
-const fmtDate = (ns) => (ns > 0 ? iso(ns).slice(0, 19).replace('T', ' ') + ' UTC' : '—');
-
-function fmtDur(ns) {
-  const s = ns / 1e9;
-  if (!(s >= 0)) return '—';
-  if (s < 1) return Math.round(ns / 1e6) + ' ms';
-  if (s < 60) return s.toFixed(1) + ' s';
-  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
-  return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
-}
-
 function fmtBytes(b) {
   if (!(b >= 0)) return '—';
   const u = ['B', 'KiB', 'MiB', 'GiB'];
@@ -139,6 +132,7 @@ export function greyhoundView(gh, ctx = {}) {
   const node = el('section', { class: 'gh', id: 'greyhound', 'aria-labelledby': 'gh-title' },
     head(`${fmtInt(t.calls)} calls from ${fmtInt(t.ranks)} ranks${t.dropped ? ` · ${fmtInt(t.dropped)} dropped` : ''} · detector ${r.detector || '—'}`),
     r.incarnation_note ? el('p', { class: 'note gh-incarnation-note' }, r.incarnation_note) : null,
+    windowNote(ctx.window),
     t.limited || t.dropped > 0
       ? el('p', { class: 'note gh-telemetry-note' }, `Collective telemetry is incomplete${t.dropped ? ` (${fmtInt(t.dropped)} records dropped by the capture rings)` : ''}: lateness and group times may miss calls.`)
       : null,
@@ -155,6 +149,15 @@ export function greyhoundView(gh, ctx = {}) {
       drawLateness(latHost, r, ctx);
     },
   };
+}
+
+// windowNote says the section reads a window a link chose, with the way
+// back to its default.
+function windowNote(w) {
+  if (!w) return null;
+  return el('p', { class: 'note gh-window', 'data-from-ns': w.from || '', 'data-to-ns': w.to || '' },
+    `Window from the link: ${w.from ? fmtTime(w.from) : 'the start'} – ${w.to ? fmtTime(w.to) : 'now'}. `,
+    el('button', { type: 'button', class: 'linkish', onclick: () => go({ gh_from_ns: null, gh_to_ns: null }) }, 'show the default window'));
 }
 
 function iterSub(r) {

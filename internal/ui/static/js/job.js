@@ -16,6 +16,7 @@ import { groupSelector } from './groups.js';
 import { loadGreyhound, greyhoundView } from './greyhound.js';
 import { loadSysom, sysomView } from './sysom.js';
 import { loadKair, kairView } from './kair.js';
+import { loadJobIncidents, incidentsCard } from './incidents.js';
 
 // loadJob fetches what the page shows. With a role group selected the
 // report is asked for that group alone (its own time axis, window and
@@ -36,21 +37,23 @@ export async function loadJob(route, signal, fresh) {
   const gh = loadGreyhound(id, signal, fresh, route.params); // never rejects
   const sy = loadSysom(id, route.params, signal, fresh); // never rejects
   const kr = loadKair(id, route.params, signal, fresh); // never rejects
+  const inc = loadJobIncidents(id, signal, fresh); // never rejects
   let r;
   let a;
   try {
     [r, a] = await Promise.all([rep, all]);
   } catch (e) {
     job.catch(() => {}); // an abort rejects it too; this error is reported
-    const [g, s, k] = await Promise.all([gh, sy, kr]);
-    // CPU profiles alone (agent-only job), or operator captures alone,
-    // also make a page.
-    if (e.name === 'AbortError' || e.status !== 404 || (!g.report && (!s || s.missing || s.aborted) && !(k && (k.caps || []).length))) throw e;
+    const [g, s, k, i] = await Promise.all([gh, sy, kr, inc]);
+    // CPU profiles alone (agent-only job), operator captures alone, or
+    // incidents alone also make a page.
+    if (e.name === 'AbortError' || e.status !== 404 ||
+      (!g.report && (!s || s.missing || s.aborted) && !(k && (k.caps || []).length) && !(i && i.list && i.list.length))) throw e;
     const [j, js] = await Promise.all([job, jobs]);
-    return { rep: null, all: null, repError: e, job: j, jobs: js, gh: g, sy: s, kr: k };
+    return { rep: null, all: null, repError: e, job: j, jobs: js, gh: g, sy: s, kr: k, inc: i };
   }
-  const [j, js, g, s, k] = await Promise.all([job, jobs, gh, sy, kr]);
-  return { rep: r, all: a, job: j, jobs: js, gh: g, sy: s, kr: k };
+  const [j, js, g, s, k, i] = await Promise.all([job, jobs, gh, sy, kr, inc]);
+  return { rep: r, all: a, job: j, jobs: js, gh: g, sy: s, kr: k, inc: i };
 }
 
 // shownGroup is the role group the page shows: the selected one, else the
@@ -67,20 +70,23 @@ export function renderJob(main, route, model, view) {
   if (!rep) {
     // Collective telemetry only: the stage report's absence is stated,
     // not raised as an error.
-    const ghv = greyhoundView(model.gh, { hasStage: false });
-    main.replaceChildren(jobHead(route, model, view),
+    const ghv = greyhoundView(model.gh, { hasStage: false, window: ghWindow(p) });
+    main.replaceChildren(jobHead(route, model, view), incidentsCard(model.inc, route.id) || '',
       el('section', { class: 'card empty no-stage' }, 'No stage-vector report: ', (model.repError && model.repError.message) || 'no data',
-        '. The collective analysis below needs no stage vectors.'), ghv.node);
+        '. The collective analysis below needs no stage vectors.'), ghv.node || '');
     ghv.draw();
     mountSysom(main, model);
+    scrollTo(main, view);
     return;
   }
   const g = shownGroup(model, p);
   if (!g) {
-    const ghv = greyhoundView(model.gh, { hasStage: false });
-    main.replaceChildren(jobHead(route, model, view), el('section', { class: 'card empty' }, 'The report has no role group with data in this window.'), ghv.node);
+    const ghv = greyhoundView(model.gh, { hasStage: false, window: ghWindow(p) });
+    main.replaceChildren(jobHead(route, model, view), incidentsCard(model.inc, route.id) || '',
+      el('section', { class: 'card empty' }, 'The report has no role group with data in this window.'), ghv.node || '');
     ghv.draw();
     mountSysom(main, model);
+    scrollTo(main, view);
     return;
   }
   const sr = g.report;
@@ -99,6 +105,9 @@ export function renderJob(main, route, model, view) {
   };
 
   const parts = [jobHead(route, model, view)];
+  // The job page opens on its incidents; the engine sections follow.
+  const ic = incidentsCard(model.inc, route.id);
+  if (ic) parts.push(ic);
   if (roleAware) {
     parts.push(headlineCard(all.headline, null, null, all, { job: true }),
       groupSelector(all.groups || [], g.group),
@@ -128,7 +137,7 @@ export function renderJob(main, route, model, view) {
   }
   // Collective analysis (Greyhound): iteration time, controller, groups,
   // entry lateness, validation.
-  const ghv = greyhoundView(model.gh, { hasStage: true });
+  const ghv = greyhoundView(model.gh, { hasStage: true, window: ghWindow(p) });
   if (ghv.node) parts.push(ghv.node);
   const pick = p.has('step') ? Number(p.get('step')) : null;
   parts.push(profilerCard(route.id, sr, h, groupKey, pick));
@@ -149,6 +158,24 @@ export function renderJob(main, route, model, view) {
   mountSysom(main, model);
   const rv = main.querySelector('#rank-view');
   if (rv && view.scrollToRank) rv.scrollIntoView({ block: 'nearest' });
+  scrollTo(main, view);
+}
+
+// The section a link (an incident's view link) asked for.
+const SECTIONS = { stage: '#headline', greyhound: '#greyhound', sysom: '#sysom', kair: '#kair', incidents: '#incidents' };
+
+function scrollTo(main, view) {
+  const sel = view && view.scrollToSection && SECTIONS[view.scrollToSection];
+  const n = sel && main.querySelector(sel);
+  if (n) n.scrollIntoView({ block: 'start' });
+}
+
+// ghWindow is the collective analysis' window from the URL (an incident's
+// link), or null for its default.
+function ghWindow(p) {
+  const from = p.get('gh_from_ns');
+  const to = p.get('gh_to_ns');
+  return from || to ? { from: from ? Number(from) : null, to: to ? Number(to) : null } : null;
 }
 
 // mountSysom appends the CPU-profile section (sysom.js) after the rest is
@@ -175,8 +202,9 @@ function launchSelector(p, rep, job) {
   const inc = (rep && rep.incarnations) || null;
   const list = (inc && inc.list) || (job && job.incarnations) || [];
   if (list.length < 2) return null;
-  const cur = p.get('incarnation') || '';
   const newest = list[list.length - 1].n;
+  // incarnation=<newest> (an incident's link names its launch) is the newest.
+  const cur = p.get('incarnation') === String(newest) ? '' : p.get('incarnation') || '';
   const words = { first: 'first launch', restart: 'a rank restarted', launch: 'new launch', run_id: 'resubmitted', layout: 'new layout' };
   const btn = (value, label, title) => el('button', { type: 'button', class: cur === value ? 'on' : null, 'data-incarnation': value || 'newest', title,
     onclick: () => go({ incarnation: value || null, from: null, to: null, last: null, ref_from: null, ref_to: null, step: null }) }, label);

@@ -16,7 +16,7 @@
 import { el, sv, card, showTip, hideTip, tipTable } from './dom.js';
 import { ApiError, cachedJSON } from './api.js';
 import { currentToken, signIn } from './signin.js';
-import { fmtInt, fmtNum } from './format.js';
+import { fmtInt, fmtNum, fmtDate } from './format.js';
 import { RAMPS, rampRGB } from './heatmap.js';
 import { go } from './state.js';
 
@@ -42,8 +42,6 @@ const CAT_COLOR = {
 };
 
 // ---------- formatting ----------
-const iso = (ns) => new Date(ns / 1e6).toISOString();
-const fmtDate = (ns) => (ns > 0 ? iso(ns).slice(0, 19).replace('T', ' ') + ' UTC' : '—');
 
 function fmtNS(ns) {
   if (ns == null || !isFinite(ns)) return '—';

@@ -4,10 +4,16 @@
 //   #/?sort=exposed&dir=desc                     job list
 //   #/jobs/<id>?from=A&to=B&ref_from=..&group=..  job page
 //        &stage=<name>&rank=<r>&hsort=..&rows=..&metric=..&chart=..&step=..
+//        &gh_from_ns=..&gh_to_ns=..                the collective analysis' window
+//        &sy_from_ns=..&sy_to_ns=..&sy_base_from_ns=..&sy_base_to_ns=..
+//                                                  the CPU profiles' window and baseline
+//        &section=stage|greyhound|sysom|kair       the section to scroll to
+//   #/incidents/<id>                             incident page
+//   #/cluster?period=24h&fsort=lost              open incidents and the fleet view
 //
 // Report parameters are passed to GET /api/v1/jobs/<id>/report as they
 // are; the others only change what the page shows.
-const REPORT_PARAMS = ['from', 'to', 'last', 'ref_from', 'ref_to', 'compare', 'no_reference', 'group', 'tau', 'model_fit', 'incarnation'];
+export const REPORT_PARAMS = ['from', 'to', 'last', 'ref_from', 'ref_to', 'compare', 'no_reference', 'group', 'tau', 'model_fit', 'incarnation'];
 
 export function parseRoute(hash = location.hash) {
   const h = hash.replace(/^#/, '') || '/';
@@ -16,7 +22,28 @@ export function parseRoute(hash = location.hash) {
   const params = new URLSearchParams(i < 0 ? '' : h.slice(i + 1));
   const m = path.match(/^\/jobs\/([^/?]+)\/?$/);
   if (m) return { view: 'job', id: decodeURIComponent(m[1]), params };
+  const i2 = path.match(/^\/incidents\/([^/?]+)\/?$/);
+  if (i2) return { view: 'incident', id: decodeURIComponent(i2[1]), params };
+  if (/^\/(cluster|incidents)\/?$/.test(path)) return { view: 'cluster', params };
   return { view: 'list', params };
+}
+
+export function incidentHref(id, params) {
+  const q = params ? params.toString() : '';
+  return '#/incidents/' + encodeURIComponent(id) + (q ? '?' + q : '');
+}
+
+export function clusterHref(params) {
+  const q = params ? params.toString() : '';
+  return '#/cluster' + (q ? '?' + q : '');
+}
+
+// routeHref is the href of a route with other params.
+export function routeHref(r, params) {
+  if (r.view === 'job') return jobHref(r.id, params);
+  if (r.view === 'incident') return incidentHref(r.id, params);
+  if (r.view === 'cluster') return clusterHref(params);
+  return listHref(params);
 }
 
 export function jobHref(id, params) {
@@ -60,7 +87,7 @@ export function setReplaceHandler(fn) {
 export function go(changes, opts = {}) {
   const r = parseRoute();
   const p = withChanges(r.params, changes);
-  const href = r.view === 'job' ? jobHref(r.id, p) : listHref(p);
+  const href = routeHref(r, p);
   if (href === location.hash) return;
   if (opts.replace) {
     history.replaceState(null, '', href);

@@ -8,7 +8,10 @@
 //
 // View state in the URL hash (state.js): fg_rank | fg_group (flame graph
 // subject), fg_win (seconds before the report window's end; none = the
-// report's window), df_mode (peer | baseline), df_a, df_b (the ranks).
+// report's window), df_mode (peer | baseline), df_a, df_b (the ranks);
+// sy_from_ns, sy_to_ns, sy_base_from_ns, sy_base_to_ns (an incident's
+// link) are the report's window and baseline, and through it every
+// panel's.
 // Defaults come from the report: the first diagnosis's rank and peer.
 // Every fetch is optional: a 404 is "not collected", shown with how to
 // enable it, never an error banner.
@@ -95,7 +98,8 @@ export async function loadSysom(id, params, signal, fresh) {
   const base = jobBase(id);
   try {
     // The page's launch selector: the report (and so its window) reads that launch.
-    const rep = await settle(cachedJSON(base + 'sysom' + qs({ incarnation: params.get('incarnation') || null }), signal, fresh));
+    const rep = await settle(cachedJSON(base + 'sysom' + qs({ incarnation: params.get('incarnation') || null, from_ns: params.get('sy_from_ns'),
+      to_ns: params.get('sy_to_ns'), base_from_ns: params.get('sy_base_from_ns'), base_to_ns: params.get('sy_base_to_ns') }), signal, fresh));
     const sel = selection(params, rep.v);
     const win = { from_ns: sel.from, to_ns: sel.to };
     const fgQ = sel.group != null ? { group: sel.group, ...win } : { rank: sel.rank, ...win };
@@ -113,7 +117,8 @@ export async function loadSysom(id, params, signal, fresh) {
     ]);
     const gone = (x) => !x || (x.e && x.e.status === 404);
     if (gone(rep) && gone(fg) && gone(os)) return { missing: true, message: (rep.e || fg.e || {}).message || '' };
-    return { rep, fg, df, os, sel };
+    const linked = params.get('sy_from_ns') || params.get('sy_to_ns') ? { from: intParam(params, 'sy_from_ns'), to: intParam(params, 'sy_to_ns') } : null;
+    return { rep, fg, df, os, sel, linked };
   } catch (e) {
     if (e.name === 'AbortError') return { aborted: true };
     return { error: e };
@@ -160,6 +165,9 @@ export function sysomView(sy, ctx = {}) {
     head(w && w.from_ns ? [`report window ${nsSpan(w.from_ns, w.to_ns)}`, w.ranks ? `${fmtInt(w.ranks)} ranks with stacks` : null,
       w.samples ? `${fmtInt(w.samples)} samples` : null, w.calls ? `${fmtInt(w.calls)} collective calls` : null,
       sel.from && sel.from !== w.from_ns ? `profiles over ${nsSpan(sel.from, sel.to)}` : null].filter(Boolean).join(' · ') : ''),
+    sy.linked ? el('p', { class: 'note sy-window', 'data-from-ns': sy.linked.from || '', 'data-to-ns': sy.linked.to || '' },
+      `Window from the link: ${sy.linked.from && sy.linked.to ? nsSpan(sy.linked.from, sy.linked.to) : 'as the link set it'}${params0(sy) ? ', against the stretch before it' : ''}. `,
+      el('button', { type: 'button', class: 'linkish', onclick: () => go({ sy_from_ns: null, sy_to_ns: null, sy_base_from_ns: null, sy_base_to_ns: null }) }, 'show the default window')) : null,
     reportCard(sy.rep),
     fg.node, df.node, os.node);
   return {
@@ -171,6 +179,9 @@ export function sysomView(sy, ctx = {}) {
     },
   };
 }
+
+// params0: the report compares with a baseline window.
+const params0 = (sy) => !!(sy.rep && sy.rep.v && sy.rep.v.window && sy.rep.v.window.base_from_ns);
 
 function rankList(rep, job) {
   const set = new Set();
