@@ -101,7 +101,7 @@ QUICK = {"e3": "data", "greyhound": "hog", "sysom": "hog", "kair": "slow_op", "e
 NEEDS_ROOT = ("greyhound", "sysom", "kair")
 # Rough seconds per run on the 2-core box (startup included) for --dry-run's
 # estimate; the real figures are in each record's wall_s.
-EST_S = {"e3": 50, "greyhound": 70, "sysom": 75, "kair": 115, "extra": 55}
+EST_S = {"e3": 42, "greyhound": 55, "sysom": 85, "kair": 55, "extra": 42}
 
 
 def log(msg):
@@ -339,6 +339,11 @@ def truth_ends(paths):
     return ends
 
 
+def fault_step_ends(ends, inject_ns, end_ns=None):
+    """The job's step ends (slowest rank) from the injection to the fault's end."""
+    return sorted(e for e in ends.values() if e >= inject_ns and (end_ns is None or e <= end_ns + 1e9))
+
+
 def step_stats(ends, inject_ns, end_ns=None, stop_ns=None, base_s=20.0):
     """(base_ms, fault_ms, steps_in_fault) from {step: end_ns} of the slowest
     rank: the job's step time is the gap between consecutive step ends;
@@ -508,7 +513,7 @@ def run_local(args, exe, flags, family, case, seed):
         ends = {s: v[0] for s, v in realrun.read_step_logs(logs).items()}
         base_ms, fault_ms, n = step_stats(ends, t0)
         rec["truth"] = {"control": False, "faults": faults, "inject_ns": t0, "end_ns": None, "steps_in_fault": n,
-                        "base_ms": base_ms, "fault_ms": fault_ms}
+                        "base_ms": base_ms, "fault_ms": fault_ms, "fault_step_ends": fault_step_ends(ends, t0)}
         rec["watch"] = watch_rec
         eng = watch_rec.get("engines") or []
         rec["engines"] = {"stagefrontier": sf_outcome(during(eng, "stagefrontier", t0, None), faults),
@@ -571,7 +576,8 @@ def run_greyhound(args, exe, flags, case, seed):
                                                  run["sleep_ms"] if case == "sleep" else None)]
         n = max(0, min(last_fault, max(ends) if ends else 0) - run["onset"] + 1)
         rec["truth"] = {"control": control, "faults": faults, "inject_ns": t0, "end_ns": t1, "steps_in_fault": n,
-                        "base_ms": run.get("base_ms"), "fault_ms": run.get("fault_ms")}
+                        "base_ms": run.get("base_ms"), "fault_ms": run.get("fault_ms"),
+                        "fault_step_ends": [] if control else fault_step_ends(ends, t0, t1)}
         eng = watch_rec.get("engines") or []
         # The engines' verdicts while the fault was on (2 s before its end:
         # a report polled at the relief already reads the relief window).
@@ -617,7 +623,7 @@ def run_sysom(args, exe, flags, case, seed):
         ends = truth_ends([os.path.join(row["work"], "truth%d.jsonl" % r) for r in range(4)])
         base_ms, fault_ms, n = step_stats(ends, t0, stop_ns=watch_rec.get("last_ok_ns")) if t0 else (None, None, 0)
         rec["truth"] = {"control": False, "faults": faults, "inject_ns": t0, "end_ns": None, "steps_in_fault": n,
-                        "base_ms": base_ms, "fault_ms": fault_ms}
+                        "base_ms": base_ms, "fault_ms": fault_ms, "fault_step_ends": fault_step_ends(ends, t0)}
         eng = watch_rec.get("engines") or []
         so = "right" if row.get("rank_named") and row.get("layer_named") else (
             "wrong" if row.get("wrong_confident_before_diagnosis") else "withheld")
@@ -638,7 +644,7 @@ def run_kair(args, exe, flags, case, seed, run_no):
     ka = ns_args(onset=args.kair_onset, delay_ms=120.0, rate="50mbit", dim=64, device_ms=0.0, tag="incidents",
                  max_steps=100000, manual_after=150, manual_after_s=60.0, gh_wait=args.kair_gh_wait,
                  timeout=args.timeout, dry_run=False, dry_steps=8, results=work, trace_kib=300, overwrite_traces=False,
-                 keep=False, on_start=watch)
+                 keep=False, on_start=watch, hold_s=args.observe)
     base_flags, _ = kair_run.serve_flags(exe)
     rec = new_record("kair:" + case, case, seed, base_flags + flags)
     t_start = time.time()
@@ -653,9 +659,11 @@ def run_kair(args, exe, flags, case, seed, run_no):
     delay = 120.0 if case in ("slow_op", "late_collective", "data") else None
     faults = [] if control else [score.fault("kair:" + case, row["fault_rank"], t0, None, delay)]
     steps_run = row.get("steps_run") or 0
+    logs = realrun.read_step_logs([os.path.join(row.get("work") or "", "steps.rank%d" % r) for r in range(4)])
+    ends = {s: v[0] for s, v in logs.items()}
     rec["truth"] = {"control": control, "faults": faults, "inject_ns": t0, "end_ns": None,
                     "steps_in_fault": max(0, steps_run - args.kair_onset), "base_ms": row.get("base_ms"),
-                    "fault_ms": row.get("fault_ms")}
+                    "fault_ms": row.get("fault_ms"), "fault_step_ends": [] if control else fault_step_ends(ends, t0)}
     k3 = (row.get("stage3") or {}).get("rank_class")
     if control and k3 == "withheld":
         k3 = "right"  # a control that names no rank is right
@@ -732,14 +740,14 @@ def main(argv=None):
     ap.add_argument("--poll", type=float, default=0.5, help="seconds between incident polls")
     ap.add_argument("--engines-every", type=float, default=2.0, help="seconds between engine-report polls (0: off)")
     ap.add_argument("--observe", type=float, default=30.0, help="seconds a fault is watched after its injection "
-                    "(e3, extra, sysom)")
+                    "(e3, extra, sysom; kair: at least)")
     ap.add_argument("--onset", type=int, default=100, help="e3/extra: first faulty step")
     ap.add_argument("--delay-ms", type=float, default=120.0, help="e3: injected delay per step")
     ap.add_argument("--two-delay-ms", type=float, default=60.0, help="extra: the data delay of the two-fault run")
     ap.add_argument("--second-after", type=int, default=15, help="extra: steps between the two injections")
     ap.add_argument("--hogs", type=int, default=2, help="extra: busy processes of the CPU hog")
     ap.add_argument("--gh-onset", type=int, default=60)
-    ap.add_argument("--gh-fault-steps", type=int, default=150)
+    ap.add_argument("--gh-fault-steps", type=int, default=200)
     ap.add_argument("--gh-after", type=int, default=40)
     ap.add_argument("--sysom-inject-after", type=float, default=32.0,
                     help="sysom: the fault starts this long after the first step (its report's baseline is as long as the observation)")

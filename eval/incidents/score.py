@@ -97,6 +97,7 @@ def compact(inc):
     return {
         "id": inc.get("id") or "", "state": inc.get("state") or "", "opened_ns": opened.get("wall_ns", 0),
         "opened_step": opened.get("step", 0), "detected_ns": inc.get("detected_ns", 0),
+        "updated_ns": (inc.get("updated") or {}).get("wall_ns", 0),
         "resolved_ns": resolved.get("wall_ns", 0) if resolved else 0, "resolved_by": inc.get("resolved_by") or "",
         "cause": list(inc.get("cause") or []),
         "category": inc.get("category") or "", "confidence": inc.get("confidence") or "", "hyps": hyps,
@@ -278,6 +279,26 @@ def slowdown(base_ms, fault_ms):
     return round(fault_ms / base_ms - 1.0, 3)
 
 
+def steps_until(truth, horizon_ns):
+    """Steps run with the fault up to horizon_ns (the newest point the
+    incident had reached at the last poll, so the incident's lost time and
+    its expectation cover the same steps) and before the fault ended.
+    truth["fault_step_ends"]: end_ns of the job's steps after the
+    injection, as logged; past the last logged one (a block-buffered log
+    cut by the kill) the tail is counted at the fault's step time. Without
+    the list: truth["steps_in_fault"] (the whole observation)."""
+    ends = truth.get("fault_step_ends")
+    if not ends or not horizon_ns:
+        return truth.get("steps_in_fault")
+    t0 = truth.get("inject_ns") or 0
+    h = horizon_ns if not truth.get("end_ns") else min(horizon_ns, truth["end_ns"])
+    n = sum(1 for e in ends if t0 <= e <= h)
+    last = max(ends)
+    if h > last and truth.get("fault_ms"):
+        n += int((h - max(last, t0)) / 1e6 / truth["fault_ms"])
+    return n
+
+
 def expected_lost(faults, steps_in_fault, base_ms=None, fault_ms=None):
     """The lost time the injection should cost (s), and how it was got:
     "nominal" = the injected delay per step × the steps run with it (when
@@ -334,7 +355,9 @@ def score_run(run):
     lost = sum(ci.get("lost_s") or 0.0 for ci in live)
     row["lost_s"] = round(lost, 3) if live else None
     row["lost_partial"] = any(ci.get("lost_partial") for ci in live)
-    exp, basis = expected_lost(faults, truth.get("steps_in_fault"), truth.get("base_ms"), truth.get("fault_ms"))
+    horizon = max((ci.get("updated_ns") or 0 for ci in live), default=0)
+    row["expected_steps"] = steps_until(truth, horizon)
+    exp, basis = expected_lost(faults, row["expected_steps"], truth.get("base_ms"), truth.get("fault_ms"))
     row["expected_lost_s"], row["expected_basis"] = exp, basis
     row["lost_ratio"] = round(lost / exp, 3) if exp and live else None
     row["engines"] = dict(run.get("engines") or {})

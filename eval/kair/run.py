@@ -332,7 +332,10 @@ def monitor(args, row, case, fr, procs, logs, flog, net, url, token, job, work):
                     row["gh_verdict_ns"] = time.time_ns()
             if done_at is not None:
                 gh_done = gh_phase(gh_last) == "verdict"
-                if gh_done or now - done_at > args.gh_wait:
+                # args.hold_s (eval/incidents): watch the fault at least this
+                # long after the onset, so other observers see it as long.
+                held = t_on is None or now - t_on / 1e9 >= getattr(args, "hold_s", 0)
+                if (gh_done or now - done_at > args.gh_wait) and held:
                     break
         time.sleep(0.2)
     row["pre_onset_captures"] = pre

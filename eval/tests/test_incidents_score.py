@@ -278,6 +278,26 @@ class Material(unittest.TestCase):
         self.assertEqual((r["slowdown"], r["material"], r["incidents_ok"]), (None, True, True))
 
 
+class Horizon(unittest.TestCase):
+    def test_steps_until(self):
+        ends = [T0 + k * S // 10 for k in range(1, 101)]  # a step every 100 ms for 10 s
+        truth = {"inject_ns": T0, "fault_step_ends": ends, "steps_in_fault": 100, "fault_ms": 100.0}
+        self.assertEqual(score.steps_until(truth, T0 + 4 * S), 40)
+        self.assertEqual(score.steps_until(dict(truth, end_ns=T0 + 2 * S), T0 + 4 * S), 20)  # the fault ended
+        self.assertEqual(score.steps_until(truth, T0 + 12 * S), 120)  # 2 s past the logged tail at 100 ms
+        self.assertEqual(score.steps_until(truth, 0), 100)
+        self.assertEqual(score.steps_until({"steps_in_fault": 7}, T0 + S), 7)
+
+    def test_lost_ratio_at_the_incidents_horizon(self):
+        ends = [T0 + k * S // 10 for k in range(1, 301)]  # 30 s of 100 ms steps
+        truth = {"faults": [score.fault("e3:data", 2, T0, None, 100)], "inject_ns": T0, "fault_step_ends": ends,
+                 "steps_in_fault": 300}
+        inc = incident(lost=1.0)
+        inc["updated"] = {"wall_ns": T0 + 10 * S, "step": 200}  # the incident's lost time covers 10 s
+        r = score.score_run({"truth": truth, "watch": {"snapshots": [snap(T0 + 30 * S, inc)]}})
+        self.assertEqual((r["expected_steps"], r["expected_lost_s"], r["lost_ratio"]), (100, 10.0, 0.1))
+
+
 class Percentile(unittest.TestCase):
     def test_unreached_counts_as_infinite(self):
         self.assertEqual(score.percentile([3.0, 1.0, 2.0], 50), 2.0)
