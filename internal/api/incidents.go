@@ -18,8 +18,7 @@ import (
 )
 
 // Incidents is what the incident routes read (issue 17 items 2 and 3):
-// the incident manager (internal/control's *Incidents, through the
-// server's adapter: its query type is control's twin of IncidentQuery).
+// the incident manager (internal/control's *Incidents).
 type Incidents interface {
 	// List returns the incidents q selects, newest first.
 	List(q IncidentQuery) ([]incident.Incident, error)
@@ -33,12 +32,8 @@ type Incidents interface {
 
 // IncidentQuery selects incidents. Its fields are control.IncidentQuery's
 // so one converts to the other.
-type IncidentQuery struct {
-	Job     string         // "" every job
-	State   incident.State // "" every state
-	SinceNS int64          // updated at or after (0: any time)
-	Limit   int            // most incidents
-}
+// IncidentQuery selects incidents (one type with the manager's).
+type IncidentQuery = incident.Query
 
 // Incident route parameters and bounds.
 const (

@@ -116,17 +116,9 @@ type IncidentStore interface {
 
 var _ IncidentStore = (*store.Store)(nil)
 
-// IncidentQuery selects incidents for List.
-type IncidentQuery struct {
-	// Job: one job's incidents ("" every job's).
-	Job string
-	// State: only incidents in this state ("" any).
-	State incident.State
-	// SinceNS: only incidents unresolved or updated at or after it.
-	SinceNS int64
-	// Limit: at most this many (default 100, at most 1000).
-	Limit int
-}
+// IncidentQuery selects incidents for List (Limit: default 100, at most
+// 1000).
+type IncidentQuery = incident.Query
 
 // Change is one incident state change, told to subscribers after it is
 // stored. From is "" when the incident was just opened; From == To is an

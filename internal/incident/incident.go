@@ -205,3 +205,15 @@ type Related struct {
 	Text     string  `json:"text"`
 	Lost     float64 `json:"lost_seconds"`
 }
+
+// Query selects incidents (the manager's List, the API's list route).
+type Query struct {
+	// Job: one job's incidents ("" every job's).
+	Job string
+	// State: only incidents in this state ("" any).
+	State State
+	// SinceNS: only incidents unresolved or updated at or after it.
+	SinceNS int64
+	// Limit: at most this many.
+	Limit int
+}

@@ -109,25 +109,13 @@ func (s *Server) detectReporter() detect.Reporter {
 // the store has no incident keyspace).
 func (s *Server) Incidents() *control.Incidents { return s.incidents }
 
-// incidentsAPI is the API's view of the manager (api.Incidents: its
-// query type is control's twin).
-type incidentsAPI struct{ x *control.Incidents }
-
-func (a incidentsAPI) List(q api.IncidentQuery) ([]incident.Incident, error) {
-	return a.x.List(control.IncidentQuery(q))
-}
-func (a incidentsAPI) Get(id string) (*incident.Incident, error) { return a.x.Get(id) }
-func (a incidentsAPI) Hosts(fromNS, toNS int64) ([]incident.HostRow, error) {
-	return a.x.Hosts(fromNS, toNS)
-}
-
 // apiIncidents is the API's incident dependency (nil interface when the
 // layer is off: the routes answer 503).
 func (s *Server) apiIncidents() api.Incidents {
 	if s.incidents == nil {
 		return nil
 	}
-	return incidentsAPI{s.incidents}
+	return s.incidents
 }
 
 // notifyIncidents subscribes the notifier to the manager's changes and
