@@ -357,9 +357,12 @@ def score_run(run):
     row["lost_partial"] = any(ci.get("lost_partial") for ci in live)
     horizon = max((ci.get("updated_ns") or 0 for ci in live), default=0)
     row["expected_steps"] = steps_until(truth, horizon)
-    exp, basis = expected_lost(faults, row["expected_steps"], truth.get("base_ms"), truth.get("fault_ms"))
+    exp, basis = expected_lost(faults, row["expected_steps"], truth.get("base_ms"), truth.get("fault_ms")) \
+        if faults else (None, None)
     row["expected_lost_s"], row["expected_basis"] = exp, basis
-    row["lost_ratio"] = round(lost / exp, 3) if exp and live else None
+    # No injected delay to compare with in a control, and none worth the
+    # name where the fault did not slow the job (a ratio to noise).
+    row["lost_ratio"] = round(lost / exp, 3) if exp and live and row["material"] else None
     row["engines"] = dict(run.get("engines") or {})
     row["absorbed"] = bool(run.get("absorbed"))
     row["fault_kinds"] = sorted({f["kind"] for f in faults})

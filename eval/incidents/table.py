@@ -21,6 +21,11 @@ sys.path.insert(0, HERE)
 import score  # noqa: E402
 
 HARNESS_ORDER = ("e3", "greyhound", "sysom", "kair", "extra")
+# The cases in each harness's own order (run.py CASES; not imported: run.py
+# loads every harness).
+CASE_ORDER = ("data", "backward", "backward_comm", "forward_host", "callback_sync", "callback_host",
+              "hog", "sleep", "link", "softirq", "vfs", "logging", "slow_op", "late_collective", "slow_link",
+              "two_faults", "none")
 ENGINES = ("stagefrontier", "greyhound", "sysom", "kair")
 ABSORBED = "class:absorbed_in_stage"
 
@@ -48,7 +53,8 @@ def load(paths):
 
 def family_order(fam):
     h, _, case = (fam or "").partition(":")
-    return (HARNESS_ORDER.index(h) if h in HARNESS_ORDER else 9, case)
+    return (HARNESS_ORDER.index(h) if h in HARNESS_ORDER else 9, CASE_ORDER.index(case) if case in CASE_ORDER else 99,
+            case)
 
 
 def best_engine(rows):
@@ -78,8 +84,11 @@ def group(rows):
     out = [summarize(f, fams[f]) for f in sorted(fams, key=family_order)]
     # The class fusion exists for: one rank's delay that StageFrontier
     # withholds as absorbed inside a stage (a collective or barrier hides
-    # who); a slow link that it withholds the same way is not that class.
-    absorbed = [r for r in rows if r.get("absorbed") and not r.get("control") and r.get("fault_kinds") == ["rank"]]
+    # who) while collective-entry lateness can show the rank last — so
+    # runs with collective analysis on (Greyhound ran). A slow link that
+    # StageFrontier withholds the same way is not that class.
+    absorbed = [r for r in rows if r.get("absorbed") and not r.get("control") and r.get("fault_kinds") == ["rank"]
+                and (r.get("engines") or {}).get("greyhound") is not None]
     if absorbed:
         out.append(summarize(ABSORBED, absorbed))
     faults = [r for r in rows if not r.get("control")]
