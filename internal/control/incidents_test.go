@@ -874,13 +874,14 @@ func TestRecoveringAsksNothing(t *testing.T) {
 	r := newRig(t, st, IncidentsConfig{})
 	val, capt := &fakeValidator{}, &fakeCapturer{}
 	r.x.SetDeps(IncidentDeps{Caps: allCaps, Validator: val, Capturer: capt})
-	r.x.Observe("j", []incident.Evidence{series("j", 0, 1100, slowBetween(1000, 1050, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150),
-		relief("j", incident.EngineStageFrontier, 1050, 150, 101), func() incident.Evidence {
-			e := late("j", 3, "", 1000, 1040)
+	// 40 s slow (not a transient), over before it was first published.
+	r.x.Observe("j", []incident.Evidence{series("j", 0, 1500, slowBetween(1000, 1400, 150)), onset("j", incident.EngineStageFrontier, 1000, 100, 150),
+		relief("j", incident.EngineStageFrontier, 1400, 150, 101), func() incident.Evidence {
+			e := late("j", 3, "", 1000, 1390)
 			e.Confidence = incident.ConfidenceLow
 			return e
 		}()})
-	r.sync(atStep(1100))
+	r.sync(atStep(1500))
 	inc := r.list(t, "j")[0]
 	if inc.State != incident.StateRecovering || len(inc.Waiting) == 0 {
 		t.Fatalf("want a recovering incident with requests waiting: %s, %+v", inc.State, inc.Waiting)

@@ -200,6 +200,7 @@ func (f *fuser) hypotheses(inc *Incident, b *building) {
 		}
 	}
 	slices.SortFunc(finds, compareEvidence)
+	finds = current(finds)
 	byKey := map[string]*hyp{}
 	var keys []string
 	for _, e := range finds {
@@ -562,4 +563,36 @@ func (f *fuser) audit(inc *Incident, b *building) {
 	if inc.Audit == nil {
 		inc.Audit = []Action{}
 	}
+}
+
+// current drops findings an engine has superseded: of the exclusive
+// findings one engine made about one subject (the rank the others wait
+// for at one stage or collective), only its newest speaks. An engine that
+// re-evaluated with more data does not contradict its own earlier view;
+// an older view naming another rank (before the fault had taken hold)
+// would otherwise argue against the engine's current answer.
+func current(finds []*Evidence) []*Evidence {
+	type key struct {
+		e Engine
+		k Kind
+		s string
+	}
+	newest := map[key]*Evidence{}
+	for _, e := range finds {
+		if !e.Exclusive || e.Subject == "" {
+			continue
+		}
+		k := key{e.Engine, e.Kind, e.Subject}
+		if n := newest[k]; n == nil || e.AtNS > n.AtNS || (e.AtNS == n.AtNS && e.ID > n.ID) {
+			newest[k] = e
+		}
+	}
+	out := finds[:0:0]
+	for _, e := range finds {
+		if e.Exclusive && e.Subject != "" && newest[key{e.Engine, e.Kind, e.Subject}] != e {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }

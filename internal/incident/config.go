@@ -27,11 +27,17 @@ type Config struct {
 	MaxEvidence int
 	// MaxAudit bounds the audit log.
 	MaxAudit int
+	// MinDuration and MinSteps: a slowdown that recovered sooner (in wall
+	// time or in steps) before laggard published it is a transient, not
+	// an incident — the fail-slow definition of Greyhound §7.2 (a loss
+	// of ≥ 10 % lasting ≥ max(10 iterations, 30 s)).
+	MinDuration time.Duration
+	MinSteps    int64
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{RecoverRel: 0.10, HoldDown: 2 * time.Minute, HoldDownSteps: 20, Slack: 30 * time.Second, MaxEvidence: 512, MaxAudit: 256}
+	return Config{RecoverRel: 0.10, HoldDown: 2 * time.Minute, HoldDownSteps: 20, Slack: 30 * time.Second, MaxEvidence: 512, MaxAudit: 256, MinDuration: 30 * time.Second, MinSteps: 10}
 }
 
 // Validate reports the first bad field.
@@ -43,6 +49,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("incident config: hold-down must not be negative")
 	case c.Slack < 0:
 		return fmt.Errorf("incident config: slack must not be negative")
+	case c.MinDuration < 0 || c.MinSteps < 0:
+		return fmt.Errorf("incident config: min_duration and min_steps must not be negative")
 	case c.MaxEvidence < 8 || c.MaxAudit < 8:
 		return fmt.Errorf("incident config: max_evidence and max_audit must be at least 8")
 	}

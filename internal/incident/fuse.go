@@ -76,6 +76,12 @@ func Fuse(in Input, cfg Config) []Incident {
 			next = incs[i+1].openedAt.WallNS
 		}
 		inc := f.build(b, next, live, used)
+		if inc.DetectedNS == in.NowNS && f.transient(&inc) {
+			// Never published and already over: a nuisance, not an
+			// incident (Greyhound §7.2's fail-slow lasts at least
+			// max(10 iterations, 30 s)).
+			continue
+		}
 		out = append(out, inc)
 	}
 	// A live prior that no longer matches anything is kept as it was (its
@@ -397,4 +403,22 @@ func matchPrior(inc *Incident, live []Incident, used map[string]bool) *Incident 
 		}
 	}
 	return nil
+}
+
+// transient: the slowdown recovered before lasting Config.MinSteps steps
+// and Config.MinDuration (a warm-up hiccup, a checkpoint, a one-off
+// stall). Fuse drops such an incident unless it was already published
+// (then it resolves like any other).
+func (f *fuser) transient(inc *Incident) bool {
+	if inc.State == StateOpen || inc.ResolvedBy == ResolvedStopped {
+		return false
+	}
+	d := inc.Windows.During
+	// An axis the evidence does not know (no step series: steps 0) does
+	// not make a slowdown short.
+	short := d.FromNS > 0 && d.ToNS > 0 && d.ToNS-d.FromNS < int64(f.cfg.MinDuration)
+	if d.ToStep > 0 && d.ToStep-d.FromStep < f.cfg.MinSteps {
+		short = true
+	}
+	return short
 }

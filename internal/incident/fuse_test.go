@@ -56,7 +56,7 @@ func TestFusionRules(t *testing.T) {
 			want{n: 1, state: StateOpen, conf: ConfidenceWithheld, headline: "no rank, link or operator is localized yet"}},
 		{"join: two engines' onsets and a high-confidence finding make one incident", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150),
 			onset(j, EngineGreyhound, 1003, 90, 140), late(3, ConfidenceHigh)}, now,
-			want{n: 1, state: StateOpen, cause: []string{"rank:3"}, conf: ConfidenceHigh, headline: "Rank 3 (host h3) is slowing the job", chainLayer: []Layer{LayerCollective}}},
+			want{n: 1, state: StateOpen, cause: []string{"rank:3"}, conf: ConfidenceHigh, headline: "Rank 3 on h3 is slowing the job", chainLayer: []Layer{LayerCollective}}},
 		{"one engine, low confidence: suspected, not stated", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), leader("sf/l", 3, ConfidenceLow)}, now,
 			want{n: 1, state: StateOpen, conf: ConfidenceLow, headline: "suspected: rank 3, not confirmed"}},
 		{"two independent engines agree at low confidence: stated", []Evidence{slow, onset(j, EngineStageFrontier, 1000, 100, 150), leader("sf/l", 3, ConfidenceLow), late(3, ConfidenceLow)}, now,
@@ -87,13 +87,13 @@ func TestFusionRules(t *testing.T) {
 			finding(j, "gh/verdict", EngineGreyhound, KindGreyhoundVerdict, LayerCollective, CategoryCompute, ConfidenceHigh, 1000, 1800, RankTarget(1, "")),
 			finding(j, "sysom/diag", EngineSysom, KindSysomDiagnosis, LayerOS, CategoryOS, ConfidenceHigh, 1100, 1800, RankTarget(6, ""))}, now,
 			want{n: 1, state: StateOpen, cause: []string{"rank:1", "rank:6"}, conf: ConfidenceHigh, headline: "Two or more causes"}},
-		{"resolve: back within 10% for the hold-down", []Evidence{series(j, 0, 4000, slowBetween(1000, 1200, 150)), onset(j, EngineStageFrontier, 1000, 100, 150), relief(j, EngineStageFrontier, 1200, 150, 104)}, at(4000),
+		{"resolve: back within 10% for the hold-down", []Evidence{series(j, 0, 4000, slowBetween(1000, 1400, 150)), onset(j, EngineStageFrontier, 1000, 100, 150), relief(j, EngineStageFrontier, 1400, 150, 104)}, at(4000),
 			want{n: 1, state: StateResolved}},
-		{"recovering until the hold-down passes", []Evidence{series(j, 0, 1300, slowBetween(1000, 1200, 150)), onset(j, EngineStageFrontier, 1000, 100, 150), relief(j, EngineStageFrontier, 1200, 150, 104)}, at(1300),
+		{"recovering until the hold-down passes", []Evidence{series(j, 0, 1500, slowBetween(1000, 1400, 150)), onset(j, EngineStageFrontier, 1000, 100, 150), relief(j, EngineStageFrontier, 1400, 150, 104)}, at(1500),
 			want{n: 1, state: StateRecovering}},
-		{"a partial relief (still 30% slow) does not recover", []Evidence{series(j, 0, 4000, slowBetween(1000, 4000, 150)), onset(j, EngineStageFrontier, 1000, 100, 150), relief(j, EngineStageFrontier, 1200, 150, 130)}, at(4000),
+		{"a partial relief (still 30% slow) does not recover", []Evidence{series(j, 0, 4000, slowBetween(1000, 4000, 150)), onset(j, EngineStageFrontier, 1000, 100, 150), relief(j, EngineStageFrontier, 1400, 150, 130)}, at(4000),
 			want{n: 1, state: StateOpen}},
-		{"the step series alone shows the recovery", []Evidence{series(j, 0, 4000, slowBetween(1000, 1200, 150)), onset(j, EngineGreyhound, 1000, 100, 150)}, at(4000),
+		{"the step series alone shows the recovery", []Evidence{series(j, 0, 4000, slowBetween(1000, 1400, 150)), onset(j, EngineGreyhound, 1000, 100, 150)}, at(4000),
 			want{n: 1, state: StateResolved}},
 		{"re-open: a relapse inside the hold-down is the same incident", []Evidence{series(j, 0, 2000, func(s int64) float64 {
 			if s >= 1000 && s < 1200 || s >= 1300 {
@@ -104,11 +104,11 @@ func TestFusionRules(t *testing.T) {
 			relief(j, EngineStageFrontier, 1200, 150, 100), onset(j, EngineStageFrontier, 1300, 100, 150)}, at(2000),
 			want{n: 1, state: StateOpen, relapses: 1}},
 		{"split: an onset after the hold-down is a new incident", []Evidence{series(j, 0, 6000, func(s int64) float64 {
-			if (s >= 1000 && s < 1200) || (s >= 4000 && s < 4200) {
+			if (s >= 1000 && s < 1400) || (s >= 4000 && s < 4400) {
 				return 150
 			}
 			return 100
-		}), onset(j, EngineStageFrontier, 1000, 100, 150), relief(j, EngineStageFrontier, 1200, 150, 100), onset(j, EngineStageFrontier, 4000, 100, 150)}, at(6000),
+		}), onset(j, EngineStageFrontier, 1000, 100, 150), relief(j, EngineStageFrontier, 1400, 150, 100), onset(j, EngineStageFrontier, 4000, 100, 150)}, at(6000),
 			want{n: 2, state: StateResolved}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,16 +163,16 @@ func dump(v any) string {
 }
 
 func TestLostTime(t *testing.T) {
-	// 200 steps 50 ms slower on 8 ranks: 10 s of the job, 80 rank-seconds.
-	evs := []Evidence{series("j", 0, 4000, slowBetween(1000, 1200, 150)), onset("j", EngineStageFrontier, 1000, 100, 150)}
+	// 400 steps 50 ms slower on 8 ranks: 20 s of the job, 160 rank-seconds.
+	evs := []Evidence{series("j", 0, 4000, slowBetween(1000, 1400, 150)), onset("j", EngineStageFrontier, 1000, 100, 150)}
 	inc := fuse(evs, at(4000))[0]
-	if math.Abs(inc.Lost.Seconds-10) > 1e-9 || math.Abs(inc.Lost.RankSeconds-80) > 1e-9 || inc.Lost.Steps != 200 || inc.Lost.Partial {
-		t.Fatalf("lost %+v, want 10 s, 80 rank-s, 200 steps", inc.Lost)
+	if math.Abs(inc.Lost.Seconds-20) > 1e-9 || math.Abs(inc.Lost.RankSeconds-160) > 1e-9 || inc.Lost.Steps != 400 || inc.Lost.Partial {
+		t.Fatalf("lost %+v, want 20 s, 160 rank-s, 400 steps", inc.Lost)
 	}
 	if inc.HealthyMS != 100 || inc.SlowMS != 150 {
 		t.Fatalf("healthy %v slow %v, want 100 → 150", inc.HealthyMS, inc.SlowMS)
 	}
-	if w := inc.Windows; w.During.FromStep != 1000 || w.During.ToStep != 1200 || w.Before.ToStep != 999 || w.After.FromStep != 1200 {
+	if w := inc.Windows; w.During.FromStep != 1000 || w.During.ToStep != 1400 || w.Before.ToStep != 999 || w.After.FromStep != 1400 {
 		t.Fatalf("windows %+v", w)
 	}
 	// Without a step series: estimated from the onset over the span, and
@@ -188,7 +188,7 @@ func TestLostTime(t *testing.T) {
 // Re-fusing with the published incidents as prior keeps IDs; a closed
 // incident absorbs an engine re-reporting its onset.
 func TestPriorAndClosed(t *testing.T) {
-	evs := []Evidence{series("j", 0, 4000, slowBetween(1000, 1200, 150)), onset("j", EngineStageFrontier, 1000, 100, 150)}
+	evs := []Evidence{series("j", 0, 4000, slowBetween(1000, 1400, 150)), onset("j", EngineStageFrontier, 1000, 100, 150)}
 	first := fuse(evs, at(4000))
 	if len(first) != 1 || first[0].State != StateResolved {
 		t.Fatalf("want one resolved: %s", dump(first))
@@ -327,12 +327,39 @@ func TestStoppedAndWindowsEndAtNext(t *testing.T) {
 		t.Fatalf("without Stopped the incident must stay open: %s", dump(open))
 	}
 	two := fuse([]Evidence{series("j", 0, 6000, func(s int64) float64 {
-		if (s >= 1000 && s < 1200) || (s >= 4000 && s < 4200) {
+		if (s >= 1000 && s < 1400) || (s >= 4000 && s < 4400) {
 			return 150
 		}
 		return 100
 	}), onset("j", EngineStageFrontier, 1000, 100, 150), onset("j", EngineStageFrontier, 4000, 100, 150)}, at(6000))
 	if len(two) != 2 || two[0].ResolvedBy != ResolvedSeries || two[0].Updated.Step >= 4000 || two[0].Windows.After.ToStep >= 4000 {
 		t.Fatalf("first incident leaks into the second: %s", dump(two))
+	}
+}
+
+// A stall that recovered before lasting max(10 steps, 30 s) and that
+// laggard never published is a transient, not an incident; published
+// while it was still slow, it resolves like any other. An engine's newer
+// exclusive finding supersedes its own older one.
+func TestTransientsAndSupersession(t *testing.T) {
+	stall := []Evidence{series("j", 0, 3000, slowBetween(1000, 1050, 150)), onset("j", EngineStageFrontier, 1000, 100, 150)}
+	if got := fuse(stall, at(3000)); len(got) != 0 {
+		t.Fatalf("a 5 s stall seen after it ended opened an incident: %s", dump(got))
+	}
+	during := fuse([]Evidence{series("j", 0, 1040, slowBetween(1000, 1050, 150)), onset("j", EngineStageFrontier, 1000, 100, 150)}, at(1040))
+	if len(during) != 1 || during[0].State != StateOpen {
+		t.Fatalf("want one open incident while the stall lasts: %s", dump(during))
+	}
+	after := fuse(stall, at(3000), during...)
+	if len(after) != 1 || after[0].ID != during[0].ID || after[0].State != StateResolved {
+		t.Fatalf("a published stall must resolve, not vanish: %s", dump(after))
+	}
+	old := finding("j", "gh/late/old", EngineGreyhound, KindGreyhoundLate, LayerCollective, CategoryUnknown, ConfidenceLow, 990, 1010, RankTarget(2, ""))
+	old.Exclusive, old.Subject = true, "comm:world"
+	cur := finding("j", "gh/late/new", EngineGreyhound, KindGreyhoundLate, LayerCollective, CategoryUnknown, ConfidenceHigh, 1000, 1900, RankTarget(1, ""))
+	cur.Exclusive, cur.Subject = true, "comm:world"
+	got := fuse([]Evidence{series("j", 0, 2000, slowBetween(1000, 3000, 150)), onset("j", EngineStageFrontier, 1000, 100, 150), old, cur}, at(2000))
+	if len(got) != 1 || !slices.Equal(got[0].Cause, []string{"rank:1"}) || len(got[0].Contradictions) != 0 {
+		t.Fatalf("the engine's older view contradicted its newer one: %s", dump(got))
 	}
 }

@@ -44,31 +44,33 @@ func verb(n int, one, many string) string {
 	return many
 }
 
-// targetWords names a target for people.
-func targetWords(t Target) string {
-	host := ""
-	if t.Host != "" {
-		host = " (host " + t.Host + ")"
-	}
+// TargetWords names a target for people (the CLI, the UI and headlines
+// share it).
+func TargetWords(t Target) string {
 	switch t.Kind {
 	case TargetRank:
-		return "rank " + strconv.Itoa(t.Rank) + host
-	case TargetLink:
-		return fmt.Sprintf("the link from rank %d to rank %d", t.Src, t.Dst)
-	case TargetOperator:
-		if t.Rank >= 0 {
-			return fmt.Sprintf("operator %s on rank %d%s", t.Name, t.Rank, host)
+		if t.Host != "" {
+			return fmt.Sprintf("rank %d on %s", t.Rank, t.Host)
 		}
-		return "operator " + t.Name
+		return fmt.Sprintf("rank %d", t.Rank)
+	case TargetLink:
+		return fmt.Sprintf("the link rank %d → rank %d", t.Src, t.Dst)
 	case TargetHost:
 		return "host " + t.Name
 	case TargetGroup:
 		return "group " + t.Name
+	case TargetOperator:
+		if t.Rank < 0 {
+			return "operator " + t.Name + " on every rank"
+		}
+		return fmt.Sprintf("operator %s on rank %d", t.Name, t.Rank)
 	case TargetJob:
 		return "every rank alike"
 	}
-	return t.Key()
+	return strings.TrimSpace(string(t.Kind) + " " + t.Name)
 }
+
+func targetWords(t Target) string { return TargetWords(t) }
 
 func ranksWords(rs []int) string {
 	if len(rs) == 1 {
@@ -100,17 +102,33 @@ func categoryWords(c Category) string {
 	return "an unknown cause"
 }
 
-// DurationWords renders seconds for people ("4 min 12 s").
+// DurationWords renders seconds for people ("4 min 12 s", "2 h 5 min").
 func DurationWords(s float64) string {
 	switch {
-	case s < 1:
-		return fmt.Sprintf("%.0f ms", s*1000)
-	case s < 60:
-		return fmt.Sprintf("%.1f s", s)
-	case s < 3600:
-		return fmt.Sprintf("%d min %d s", int(s)/60, int(s)%60)
+	case math.IsNaN(s) || math.IsInf(s, 0) || s < 0:
+		return "—"
+	case s < 10:
+		return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + " s"
 	}
-	return fmt.Sprintf("%d h %d min", int(s)/3600, (int(s)%3600)/60)
+	n := int64(math.Round(s))
+	switch {
+	case n < 60:
+		return fmt.Sprintf("%d s", n)
+	case n < 3600:
+		if n%60 == 0 {
+			return fmt.Sprintf("%d min", n/60)
+		}
+		return fmt.Sprintf("%d min %d s", n/60, n%60)
+	case n < 86400:
+		if m := (n / 60) % 60; m > 0 {
+			return fmt.Sprintf("%d h %d min", n/3600, m)
+		}
+		return fmt.Sprintf("%d h", n/3600)
+	}
+	if h := (n / 3600) % 24; h > 0 {
+		return fmt.Sprintf("%d d %d h", n/86400, h)
+	}
+	return fmt.Sprintf("%d d", n/86400)
 }
 
 // headline is the incident in one plain sentence.

@@ -71,33 +71,7 @@ func agoText(d time.Duration) string {
 
 // durText is a duration for people: "0.4 s", "42 s", "4 min 12 s",
 // "1 h 3 min", "2 d 4 h".
-func durText(s float64) string {
-	switch {
-	case math.IsNaN(s) || math.IsInf(s, 0) || s < 0:
-		return "—"
-	case s < 10:
-		return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + " s"
-	}
-	n := int64(math.Round(s))
-	switch {
-	case n < 60:
-		return fmt.Sprintf("%d s", n)
-	case n < 3600:
-		if n%60 == 0 {
-			return fmt.Sprintf("%d min", n/60)
-		}
-		return fmt.Sprintf("%d min %d s", n/60, n%60)
-	case n < 86400:
-		if m := (n / 60) % 60; m > 0 {
-			return fmt.Sprintf("%d h %d min", n/3600, m)
-		}
-		return fmt.Sprintf("%d h", n/3600)
-	}
-	if h := (n / 3600) % 24; h > 0 {
-		return fmt.Sprintf("%d d %d h", n/86400, h)
-	}
-	return fmt.Sprintf("%d d", n/86400)
-}
+func durText(s float64) string { return incident.DurationWords(s) }
 
 // rankTimeText is rank-seconds in the unit that reads best.
 func rankTimeText(rs float64) string {
@@ -172,30 +146,7 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// targetWords names a target for people.
-func targetWords(t incident.Target) string {
-	switch t.Kind {
-	case incident.TargetRank:
-		if t.Host != "" {
-			return fmt.Sprintf("rank %d on %s", t.Rank, t.Host)
-		}
-		return fmt.Sprintf("rank %d", t.Rank)
-	case incident.TargetLink:
-		return fmt.Sprintf("the link rank %d → rank %d", t.Src, t.Dst)
-	case incident.TargetHost:
-		return "host " + t.Name
-	case incident.TargetGroup:
-		return "group " + t.Name
-	case incident.TargetOperator:
-		if t.Rank < 0 {
-			return "operator " + t.Name + " on every rank"
-		}
-		return fmt.Sprintf("operator %s on rank %d", t.Name, t.Rank)
-	case incident.TargetJob:
-		return "every rank alike"
-	}
-	return strings.TrimSpace(string(t.Kind) + " " + t.Name)
-}
+func targetWords(t incident.Target) string { return incident.TargetWords(t) }
 
 // TargetShort is a target in a few words (a table cell, a grade line).
 func TargetShort(t incident.Target) string {
