@@ -270,6 +270,7 @@ class Material(unittest.TestCase):
         truth = {"faults": [score.fault("sysom:vfs", 2, T0)], "inject_ns": T0, "base_ms": 100.0, "fault_ms": 104.0}
         r = score.score_run({"truth": truth, "watch": {"snapshots": [snap(T0 + S)]}})
         self.assertEqual((r["slowdown"], r["material"], r["incidents_ok"]), (0.04, False, True))
+        self.assertIsNone(r["lost_ratio"])  # no ratio to a slowdown that is noise
         truth["fault_ms"] = 130.0
         r = score.score_run({"truth": truth, "watch": {"snapshots": [snap(T0 + S)]}})
         self.assertEqual((r["slowdown"], r["material"], r["incidents_ok"]), (0.3, True, False))
@@ -326,6 +327,8 @@ class Table(unittest.TestCase):
     def test_group(self):
         rows = [row("e3:backward_comm", outcome="right", engines={"stagefrontier": "withheld", "greyhound": "right"},
                     absorbed=True),
+                # SF withheld as absorbed, but no collective analysis ran: not the class
+                row("sysom:hog", outcome="withheld", absorbed=True, engines={"sysom": "right", "greyhound": None}),
                 row("e3:backward_comm", 2, outcome="withheld", localized_s=None, explained_s=None,
                     localized_right_s=None, explained_right_s=None, engines={"greyhound": "right"}, absorbed=True),
                 row("kair:none", control=True, incidents_ok=True),
@@ -340,15 +343,17 @@ class Table(unittest.TestCase):
         self.assertEqual((bc["localized_s_p50"], bc["localized_s_p90"]), (5.0, math.inf))
         self.assertEqual((bc["loc10"], bc["expl20"]), (1, 1))
         self.assertEqual(g[table.ABSORBED]["runs"], 2)
-        self.assertEqual((g["all faults"]["runs"], g["all controls"]["runs"]), (5, 1))
-        self.assertEqual((g["all faults"]["material"], g["all faults"]["loc10"]), (4, 2))  # vfs did not slow the job
+        self.assertEqual((g["all faults"]["runs"], g["all controls"]["runs"]), (6, 1))
+        self.assertEqual((g["all faults"]["material"], g["all faults"]["loc10"]), (5, 3))  # vfs did not slow the job
+        self.assertEqual([s["family"] for s in table.group(rows)][:4],
+                         ["e3:backward_comm", "greyhound:hog", "sysom:hog", "sysom:vfs"])
         self.assertEqual(g["greyhound:hog"]["wrong_high"], 1)
         self.assertTrue(g["greyhound:hog"]["fused_ge_best"])  # 0 right ≥ 0 right
         md = table.render_summary(table.group(rows))
         self.assertIn("never", md)
         self.assertIn("**no**", md)
         t = table.targets(table.group(rows))
-        self.assertIn("not on e3:backward_comm", t)
+        self.assertIn("not on e3:backward_comm, sysom:hog", t)
         self.assertIn("1 runs (target 0)", t)
 
 
