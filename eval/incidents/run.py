@@ -701,7 +701,8 @@ def save_full(args, rec, full):
     last change, beside the rows: eval/out/incidents/<family>-s<seed>/."""
     if not full:
         return
-    d = os.path.join(args.full_dir, "%s-s%s" % (rec["family"].replace(":", "-"), rec["seed"]))
+    d = os.path.join(args.full_dir, "%s-s%s%s" % (rec["family"].replace(":", "-"), rec["seed"],
+                                                  "-" + args.tag if args.tag else ""))
     os.makedirs(d, exist_ok=True)
     for i, inc in full.items():
         with open(os.path.join(d, "%s.json" % i.replace("/", "_")), "w") as f:
