@@ -270,8 +270,11 @@ def run_one(args, scenario, seed, exe):
     with realrun.cleanup(net) as cl:
         net.up()
         port = 7070 + os.getpid() % 1000
-        srv, url, token = realrun.start_server(exe, work, port, ["-greyhound-interval", args.interval])
+        srv, url, token = realrun.start_server(exe, work, port, ["-greyhound-interval", args.interval] +
+                                               list(getattr(args, "serve_extra", ())))
         cl.closers.append(lambda: (srv.terminate(), srv.wait(10)))
+        if getattr(args, "on_start", None):  # eval/incidents watches the server's incidents
+            args.on_start(url, token, job)
         master_port = 29500 + os.getpid() % 1000
         logs = [os.path.join(work, "steps.rank%d" % r) for r in range(world)]
         demo = ["--world", str(world), "--steps", str(total), "--fault", "none", "--job", job, "--server", url,

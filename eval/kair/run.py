@@ -163,6 +163,8 @@ def run_one(args, exe, extra, case, world, seed, run_no):
                 port = 7100 + (os.getpid() + 2 * run_no) % 400
                 srv, url, token = realrun.start_server(exe, work, port, extra)
                 cl.closers.append(lambda: (srv.terminate(), srv.wait(10)))
+                if getattr(args, "on_start", None):  # eval/incidents watches the server's incidents
+                    args.on_start(url, token, job)
                 proxy = TeeProxy(realrun.HOST_IP, 0, url, os.path.join(work, "uploads")).start()
                 cl.closers.append(proxy.close)
             master = 29500 + (os.getpid() + run_no) % 400
@@ -330,7 +332,10 @@ def monitor(args, row, case, fr, procs, logs, flog, net, url, token, job, work):
                     row["gh_verdict_ns"] = time.time_ns()
             if done_at is not None:
                 gh_done = gh_phase(gh_last) == "verdict"
-                if gh_done or now - done_at > args.gh_wait:
+                # args.hold_s (eval/incidents): watch the fault at least this
+                # long after the onset, so other observers see it as long.
+                held = t_on is None or now - t_on / 1e9 >= getattr(args, "hold_s", 0)
+                if (gh_done or now - done_at > args.gh_wait) and held:
                     break
         time.sleep(0.2)
     row["pre_onset_captures"] = pre

@@ -260,8 +260,8 @@ def run_case(args, exe, case, seed):
         url = "http://127.0.0.1:%d" % port
         # Greyhound's controller off: its validation passes would pause the
         # ranks in the middle of a case.
-        srv = spawn([exe, "serve", "-addr", "127.0.0.1:%d" % port, "-greyhound-interval", "0",
-                     os.path.join(work, "data")], log)
+        srv = spawn([exe, "serve", "-addr", "127.0.0.1:%d" % port, "-greyhound-interval", "0"] +
+                    list(getattr(args, "serve_extra", ())) + [os.path.join(work, "data")], log)
         closer.add(lambda: kill(srv))
         wait_http(url + "/healthz", srv, "laggard serve")
         sock = os.path.join(work, "agent.sock")
@@ -285,6 +285,8 @@ def run_case(args, exe, case, seed):
                     "--verbose-log-out", os.path.join(work, "debug{rank}.log")]
         demo = spawn(cmd, open(os.path.join(work, "demo.log"), "w"), env=env)
         closer.add(lambda: kill(demo))
+        if getattr(args, "on_start", None):  # eval/incidents watches the server's incidents
+            args.on_start(url, None, job)
         # Inject --inject-after s after rank 0's first step (the truth file
         # says), so a baseline as long as the report window precedes it.
         t_inj = t_first = None
@@ -324,15 +326,21 @@ def run_case(args, exe, case, seed):
             rep = json.loads(body)
             last_rep = rep
             s = score(case, fault_rank, rep)
-            if s["wrong_confident"]:
+            if s["wrong_confident"] and "diagnosis_s" not in row:
                 row["wrong_confident_before_diagnosis"] = True
             if s["rank_named"] and s["layer_named"] and "rank_layer_s" not in row:
                 row["rank_layer_s"] = round(now - t_inj, 1)
             if s["rank_named"] and s["layer_named"] and s["path_named"]:
+                if "diagnosis_s" not in row:
+                    first = s
+                    row["diagnosis_s"] = round(now - t_inj, 1)
+                # --hold-s (eval/incidents): keep the case running after the
+                # diagnosis, so other observers see the same fault as long.
+                if now - t_inj >= getattr(args, "hold_s", 0):
+                    break
+                continue
+            if "diagnosis_s" not in row:
                 first = s
-                row["diagnosis_s"] = round(now - t_inj, 1)
-                break
-            first = s
         row.update({k: first[k] for k in ("rank_named", "layer_named", "path_named", "layer", "slow_ranks", "paths", "others_named")} if first else {})
         row["diagnosed"] = "diagnosis_s" in row
         if last_rep is not None:
