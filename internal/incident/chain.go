@@ -68,20 +68,11 @@ func (f *fuser) build(b *building, next int64, live []Incident, used map[string]
 		inc.Resolved = &r
 		lostEnd = r
 	}
-	inc.HealthyMS = f.healthy(b)
-	if inc.HealthyMS == 0 {
-		for _, o := range b.onsets {
-			if o.BeforeMS > 0 {
-				inc.HealthyMS, inc.SlowMS = o.BeforeMS, o.AfterMS
-				break
-			}
-		}
-	}
-	if inc.SlowMS == 0 {
-		inc.SlowMS = f.slowMS(b, lostEnd)
-	}
-	if inc.SlowMS == 0 || inc.HealthyMS == 0 {
-		// Too few step samples: the opening change point's own levels.
+	// Step times on the series; with too few samples, the opening change
+	// point's own levels (both from one engine: a StageFrontier step and a
+	// Greyhound iteration are not the same quantity).
+	inc.HealthyMS, inc.SlowMS = f.healthy(b), f.slowMS(b, lostEnd)
+	if inc.HealthyMS == 0 || inc.SlowMS == 0 {
 		for _, o := range b.onsets {
 			if o.BeforeMS > 0 && o.AfterMS > 0 {
 				inc.HealthyMS, inc.SlowMS = o.BeforeMS, o.AfterMS
@@ -277,10 +268,10 @@ func (f *fuser) hypotheses(inc *Incident, b *building) {
 			switch {
 			case (e.Signal == SignalHealthy || e.Signal == SignalFinding) && e.clears(k):
 				h.against = append(h.against, e)
-				h.why = append(h.why, fmt.Sprintf("%s measured %s normal%s", engineWords(e.Engine), targetWords(h.target), layerSuffix(e.Layer)))
+				h.why = append(h.why, fmt.Sprintf("%s measured %s normal%s", engineWords(e.Engine), TargetWords(h.target), layerSuffix(e.Layer)))
 			case e.Signal == SignalFinding && e.Exclusive && e.Confidence != ConfidenceWithheld && len(e.Targets) > 0 && !e.names(k) && h.exclusiveOn(e.Subject):
 				h.against = append(h.against, e)
-				h.why = append(h.why, fmt.Sprintf("%s names %s instead", engineWords(e.Engine), targetWords(e.Targets[0])))
+				h.why = append(h.why, fmt.Sprintf("%s names %s instead", engineWords(e.Engine), TargetWords(e.Targets[0])))
 			}
 		}
 	}
@@ -314,7 +305,7 @@ func (f *fuser) hypotheses(inc *Incident, b *building) {
 	}
 	for _, h := range inc.Hypotheses {
 		if len(h.Against) > 0 {
-			inc.Contradictions = append(inc.Contradictions, fmt.Sprintf("%s: %s", targetWords(h.Target), strings.TrimSuffix(h.Reason, ".")))
+			inc.Contradictions = append(inc.Contradictions, fmt.Sprintf("%s: %s", TargetWords(h.Target), strings.TrimSuffix(h.Reason, ".")))
 		}
 	}
 }

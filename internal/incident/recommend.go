@@ -70,8 +70,6 @@ func TargetWords(t Target) string {
 	return strings.TrimSpace(string(t.Kind) + " " + t.Name)
 }
 
-func targetWords(t Target) string { return TargetWords(t) }
-
 func ranksWords(rs []int) string {
 	if len(rs) == 1 {
 		return "rank " + strconv.Itoa(rs[0])
@@ -149,15 +147,15 @@ func headline(inc *Incident) string {
 	case len(stated) == 1 && stated[0].Target.Kind == TargetJob:
 		fmt.Fprintf(&b, "Every rank slowed alike%s: %s", slow, categoryWords(stated[0].Category))
 	case len(stated) == 1:
-		fmt.Fprintf(&b, "%s is slowing the job%s: %s", capitalize(targetWords(stated[0].Target)), slow, categoryWords(stated[0].Category))
+		fmt.Fprintf(&b, "%s is slowing the job%s: %s", capitalize(TargetWords(stated[0].Target)), slow, categoryWords(stated[0].Category))
 	case len(stated) > 1:
 		w := make([]string, len(stated))
 		for i, h := range stated {
-			w[i] = targetWords(h.Target) + " (" + categoryWords(h.Category) + ")"
+			w[i] = TargetWords(h.Target) + " (" + categoryWords(h.Category) + ")"
 		}
 		fmt.Fprintf(&b, "Two or more causes slow the job%s: %s", slow, strings.Join(w, "; "))
 	case len(inc.Hypotheses) > 0:
-		fmt.Fprintf(&b, "The job slowed%s; suspected: %s, not confirmed", slow, targetWords(inc.Hypotheses[0].Target))
+		fmt.Fprintf(&b, "The job slowed%s; suspected: %s, not confirmed", slow, TargetWords(inc.Hypotheses[0].Target))
 	default:
 		fmt.Fprintf(&b, "The job slowed%s; no rank, link or operator is localized yet", slow)
 	}
@@ -197,7 +195,7 @@ func recommend(inc *Incident) []Recommendation {
 			continue
 		}
 		stated = true
-		where := targetWords(h.Target)
+		where := TargetWords(h.Target)
 		switch h.Category {
 		case CategoryCompute:
 			add(h, fmt.Sprintf("Check the GPU of %s: clocks, temperature, ECC/XID errors (nvidia-smi -q); if it stays slow, drain that node and restart the job without it.", where))

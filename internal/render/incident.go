@@ -110,7 +110,7 @@ func (d *incDoc) headline() string {
 	if stated := statedHyps(inc); len(stated) > 0 {
 		var parts []string
 		for _, h := range stated {
-			parts = append(parts, targetWords(h.Target)+knownCategory(h.Category, " (", ")"))
+			parts = append(parts, incident.TargetWords(h.Target)+knownCategory(h.Category, " (", ")"))
 		}
 		s = "Cause: " + strings.Join(parts, "; ") + "."
 	} else {
@@ -137,7 +137,7 @@ func (d *incDoc) summary() {
 	d.row("what slowed", slowed)
 	since := d.point(inc.Opened, true)
 	if inc.DetectedNS > 0 && inc.Opened.WallNS > 0 && inc.DetectedNS >= inc.Opened.WallNS {
-		since += "; detected " + durText(float64(inc.DetectedNS-inc.Opened.WallNS)/1e9) + " later, at " + d.clock(inc.DetectedNS)
+		since += "; detected " + incident.DurationWords(float64(inc.DetectedNS-inc.Opened.WallNS)/1e9) + " later, at " + d.clock(inc.DetectedNS)
 	}
 	d.row("since", since)
 	switch inc.State {
@@ -156,7 +156,7 @@ func (d *incDoc) summary() {
 		} else if r != nil {
 			line := d.point(*r, false)
 			if r.WallNS > inc.Opened.WallNS && inc.Opened.WallNS > 0 {
-				line += ", after " + durText(float64(r.WallNS-inc.Opened.WallNS)/1e9)
+				line += ", after " + incident.DurationWords(float64(r.WallNS-inc.Opened.WallNS)/1e9)
 			}
 			if ms := d.reliefMS(); ms > 0 {
 				line += "; " + msText(ms) + " per step since"
@@ -189,7 +189,7 @@ func (d *incDoc) summary() {
 			extra = append(extra, "incident "+r.Incident)
 		}
 		if r.Lost > 0 {
-			extra = append(extra, durText(r.Lost)+" lost")
+			extra = append(extra, incident.DurationWords(r.Lost)+" lost")
 		}
 		if len(extra) > 0 {
 			line += " (" + strings.Join(extra, ", ") + ")"
@@ -217,7 +217,7 @@ func (d *incDoc) why() {
 	for i, h := range stated {
 		title := "why"
 		if len(stated) > 1 {
-			title = fmt.Sprintf("why, cause %d of %d: %s", i+1, len(stated), targetWords(h.Target))
+			title = fmt.Sprintf("why, cause %d of %d: %s", i+1, len(stated), incident.TargetWords(h.Target))
 		}
 		d.p.f("\n%s\n", para(0, title+" ("+confWords(h.Confidence, h.Reason)+"):", "  "))
 		d.chain(h, 2)
@@ -277,7 +277,7 @@ func (d *incDoc) others() {
 		}
 		d.p.f("\n%s\n", title)
 		for i, h := range rest {
-			line := fmt.Sprintf("%d. %s%s (%s)", i+1, targetWords(h.Target), knownCategory(h.Category, " — ", ""), confWords(h.Confidence, h.Reason))
+			line := fmt.Sprintf("%d. %s%s (%s)", i+1, incident.TargetWords(h.Target), knownCategory(h.Category, " — ", ""), confWords(h.Confidence, h.Reason))
 			d.p.f("%s\n", para(2, line, "     "))
 			if len(h.Against) > 0 {
 				d.p.f("%s\n", para(5, "against it: "+d.evidenceList(h.Against), "       "))
@@ -752,7 +752,7 @@ func scopeLines(inc *incident.Incident) []string {
 	if len(s.Links) > 0 {
 		var parts []string
 		for _, l := range s.Links {
-			parts = append(parts, targetWords(l))
+			parts = append(parts, incident.TargetWords(l))
 		}
 		lines = append(lines, strings.Join(parts, ", "))
 	}

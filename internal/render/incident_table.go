@@ -69,7 +69,7 @@ func causeShort(inc *incident.Incident) string {
 	if stated := statedHyps(inc); len(stated) > 0 {
 		var parts []string
 		for _, h := range stated {
-			parts = append(parts, targetWords(h.Target)+knownCategory(h.Category, ": ", ""))
+			parts = append(parts, incident.TargetWords(h.Target)+knownCategory(h.Category, ": ", ""))
 		}
 		return strings.Join(parts, "; ")
 	}
@@ -108,7 +108,7 @@ func lostShort(l incident.Lost, _ int) string {
 	if l.Seconds <= 0 {
 		return "—"
 	}
-	s := durText(l.Seconds)
+	s := incident.DurationWords(l.Seconds)
 	if l.RankSeconds > 0 {
 		s += ", " + rankTimeText(l.RankSeconds)
 	}

@@ -244,8 +244,8 @@ func TestIncidentHumanUnits(t *testing.T) {
 		s    float64
 		want string
 	}{{0, "0 s"}, {0.43, "0.4 s"}, {4.25, "4.3 s"}, {42, "42 s"}, {60, "1 min"}, {252, "4 min 12 s"}, {3780, "1 h 3 min"}, {7200, "2 h"}, {187200, "2 d 4 h"}, {-1, "—"}} {
-		if got := durText(c.s); got != c.want {
-			t.Errorf("durText(%v) = %q, want %q", c.s, got, c.want)
+		if got := incident.DurationWords(c.s); got != c.want {
+			t.Errorf("incident.DurationWords(%v) = %q, want %q", c.s, got, c.want)
 		}
 	}
 	for _, c := range []struct {

@@ -71,7 +71,6 @@ func agoText(d time.Duration) string {
 
 // durText is a duration for people: "0.4 s", "42 s", "4 min 12 s",
 // "1 h 3 min", "2 d 4 h".
-func durText(s float64) string { return incident.DurationWords(s) }
 
 // rankTimeText is rank-seconds in the unit that reads best.
 func rankTimeText(rs float64) string {
@@ -92,7 +91,7 @@ func lostText(l incident.Lost, ranks int) string {
 	if l.Seconds <= 0 && l.Steps == 0 {
 		return "nothing measurable yet"
 	}
-	s := durText(l.Seconds) + " of the job"
+	s := incident.DurationWords(l.Seconds) + " of the job"
 	if l.RankSeconds > 0 {
 		s += ", " + rankTimeText(l.RankSeconds)
 	}
@@ -146,8 +145,6 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-func targetWords(t incident.Target) string { return incident.TargetWords(t) }
-
 // TargetShort is a target in a few words (a table cell, a grade line).
 func TargetShort(t incident.Target) string {
 	switch t.Kind {
@@ -161,7 +158,7 @@ func TargetShort(t incident.Target) string {
 		}
 		return fmt.Sprintf("%s on rank %d", clipText(t.Name, 24), t.Rank)
 	}
-	return targetWords(t)
+	return incident.TargetWords(t)
 }
 
 func targetsWords(ts []incident.Target) string {
